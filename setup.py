@@ -1,0 +1,14 @@
+from setuptools import find_packages, setup
+
+with open("requirements.txt", encoding="utf-8") as f:
+    requirements = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+
+setup(
+    name="mindspeed_rl",
+    version="0.1.0",
+    description="GRPO post-training on Ray with data-parallel sequence-length balance",
+    packages=find_packages(include=["mindspeed_rl", "mindspeed_rl.*"]),
+    python_requires=">=3.9",
+    install_requires=requirements,
+    extras_require={"test": ["pytest>=7", "hypothesis>=6"]},
+)
