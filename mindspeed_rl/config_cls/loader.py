@@ -1,0 +1,207 @@
+"""Read an upstream-style GRPO YAML file and turn it into config objects.
+
+File layout::
+
+    defaults:
+      - model: [qwen25_7b]        # or: - model: qwen25_7b
+    megatron_training: {...}      # shared by every worker role
+    actor_config: {...}           # actor-only overrides
+    rl_config: {...}
+    generate_config: {...}
+    profiler_config: {...}        # any other section is kept as a raw dict
+
+Each model name is read from ``<name>.yaml`` in ``<config_dir>/model``,
+``<config_dir>/../model`` or the repository's ``configs/model`` (first hit),
+and collected into a ``model`` section ``{name: {...}}``.
+"""
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from mindspeed_rl.config_cls.generate_config import GenerateConfig
+from mindspeed_rl.config_cls.megatron_config import MegatronConfig
+from mindspeed_rl.config_cls.rl_config import RLConfig
+from mindspeed_rl.config_cls.validate_config import validate_rl_args
+
+REPO_MODEL_DIR = Path(__file__).resolve().parents[2] / "configs" / "model"
+ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config")
+KNOWN_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config",
+                  "rl_config", "generate_config", "model")
+
+
+class ConfigError(ValueError):
+    """A config file or override is malformed."""
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads '5e-7' (no dot) as a float, as YAML 1.2 does."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def parse_yaml(text, source="<string>"):
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"invalid YAML in {source}: {err}") from err
+
+
+def _read_yaml(path):
+    return parse_yaml(Path(path).read_text(encoding="utf-8"), source=str(path))
+
+
+def _default_model_names(defaults, source):
+    """Model names listed under ``defaults``."""
+    if defaults is None:
+        return []
+    if not isinstance(defaults, list):
+        raise ConfigError(f"'defaults' in {source} must be a list")
+    names = []
+    for entry in defaults:
+        if not isinstance(entry, Mapping) or set(entry) != {"model"}:
+            raise ConfigError(f"unsupported 'defaults' entry {entry!r} in {source}; "
+                              f"expected '- model: <name or list of names>'")
+        value = entry["model"]
+        names.extend(value if isinstance(value, list) else [value])
+    for name in names:
+        if not isinstance(name, str):
+            raise ConfigError(f"model name {name!r} in 'defaults' of {source} is not a string")
+    return names
+
+
+def _model_search_dirs(config_dir):
+    return [config_dir / "model", config_dir.parent / "model", REPO_MODEL_DIR]
+
+
+def _load_model_file(name, config_dir):
+    tried = []
+    for folder in _model_search_dirs(config_dir):
+        candidate = folder / f"{name}.yaml"
+        tried.append(str(candidate))
+        if candidate.is_file():
+            data = _read_yaml(candidate)
+            if not isinstance(data, Mapping) or not isinstance(data.get(name), Mapping):
+                raise ConfigError(f"model file {candidate} must map '{name}' to a dict of settings")
+            return dict(data[name])
+    raise FileNotFoundError(f"model file for '{name}' not found; searched: {', '.join(tried)}")
+
+
+def _apply_override(cfg, item):
+    if not isinstance(item, str) or "=" not in item:
+        raise ConfigError(f"override {item!r} must look like 'section.key=value'")
+    dotted, raw = item.split("=", 1)
+    parts = [p.strip() for p in dotted.strip().split(".")]
+    if len(parts) < 2 or not all(parts):
+        raise ConfigError(f"override {item!r} must name a section and a key: 'section.key=value'")
+    node = cfg
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(f"override {item!r}: '{part}' is not a mapping")
+        node = child
+    node[parts[-1]] = parse_yaml(raw, source=f"override {item!r}")
+
+
+def load_config(path, overrides=None):
+    """Return the config file at ``path`` as a dict of sections.
+
+    ``overrides`` is a list of ``section.key=value`` strings (value parsed as
+    YAML; deeper paths such as ``generate_config.sampling_config.top_k=5``
+    work too). They are applied before model files are resolved, so
+    ``model.<name>.<key>=...`` changes a model setting.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file not found: {path}")
+    raw = _read_yaml(path)
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"top level of {path} must be a mapping of sections")
+
+    cfg = {}
+    for section, body in raw.items():
+        if section == "defaults":
+            continue
+        if body is None:
+            body = {}
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"section '{section}' in {path} must be a mapping, "
+                              f"got {type(body).__name__}")
+        cfg[section] = dict(body)
+    for item in overrides or []:
+        _apply_override(cfg, item)
+
+    inline = cfg.pop("model", {})
+    if not isinstance(inline, Mapping):
+        raise ConfigError(f"section 'model' in {path} must be a mapping")
+    wanted = _default_model_names(raw.get("defaults"), path)
+    # Names referenced by sections but defined neither in defaults nor inline.
+    for role in ROLE_SECTIONS:
+        name = cfg.get(role, {}).get("model")
+        if isinstance(name, str) and name not in wanted and name not in inline:
+            wanted.append(name)
+
+    models = {}
+    for name in wanted:
+        models[name] = _load_model_file(name, path.parent)
+    for name, body in inline.items():
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"model '{name}' in {path} must be a mapping")
+        models[name] = {**models.get(name, {}), **body}
+    cfg["model"] = models
+    return cfg
+
+
+@dataclass
+class RunConfigs:
+    """Config objects of one run, as built by ``build_configs``."""
+    actor_config: MegatronConfig
+    ref_config: MegatronConfig
+    reward_config: MegatronConfig
+    rl_config: RLConfig
+    generate_config: GenerateConfig
+    extra: dict = field(default_factory=dict)  # other sections, raw
+
+
+def build_configs(cfg):
+    """Build and validate the config objects from a ``load_config`` result.
+
+    In integrated mode (the default) the reference and reward roles reuse the
+    actor's MegatronConfig and must not have their own sections.
+    """
+    def section(name):
+        body = cfg.get(name) or {}
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"section '{name}' must be a mapping")
+        return body
+
+    models = section("model")
+    training = section("megatron_training")
+    rl_config = RLConfig(section("rl_config"))
+    actor_config = MegatronConfig({**training, **section("actor_config")}, models)
+    if rl_config.use_integrated_worker:
+        for name in ("ref_config", "reward_config"):
+            if name in cfg:
+                raise ConfigError(f"section '{name}' must not be set when "
+                                  f"rl_config.use_integrated_worker is true")
+        ref_config = reward_config = actor_config
+    else:
+        ref_config = MegatronConfig({**training, **section("ref_config")}, models)
+        reward_config = MegatronConfig({**training, **section("reward_config")}, models)
+    generate_config = GenerateConfig(section("generate_config"))
+
+    validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config)
+    for role in {id(c): c for c in (actor_config, ref_config, reward_config)}.values():
+        role.max_prompt_length = rl_config.max_prompt_length
+
+    extra = {k: v for k, v in cfg.items() if k not in KNOWN_SECTIONS}
+    return RunConfigs(actor_config, ref_config, reward_config, rl_config,
+                      generate_config, extra)

@@ -1,0 +1,179 @@
+"""Settings of the RL algorithm and of the worker layout (``rl_config`` section)."""
+from collections.abc import Mapping
+
+from mindspeed_rl.config_cls.base_config import BaseConfig, check_type
+
+DP_BALANCE_OBJECTIVES = ("tokens", "flops")
+DP_BALANCE_METHODS = ("auto", "heapq", "karmarkar_karp", "greedy")
+# num_gpus / num_cpus are accepted as other spellings of num_npus.
+RESOURCE_KEYS = ("num_npus", "num_gpus", "num_cpus")
+RESOURCE_FIELDS = ("actor_resource", "reference_resource", "reward_resource")
+
+
+def resource_size(resource):
+    """Number of devices (worker processes) a resource entry asks for, or None."""
+    if resource is None:
+        return None
+    if isinstance(resource, Mapping):
+        return resource.get("num_npus")
+    return getattr(resource, "num_npus", None)
+
+
+def normalize_resource(field, resource):
+    """Check a resource dict and fill ``num_npus`` from one of its aliases."""
+    if resource is None:
+        return None
+    if not isinstance(resource, Mapping):
+        raise TypeError(f"RLConfig: key '{field}' expects dict, got {resource!r}")
+    out = {}
+    for key, value in resource.items():
+        key = str(key).replace("-", "_")
+        if key not in RESOURCE_KEYS:
+            raise ValueError(f"RLConfig: unknown key '{field}.{key}'; "
+                             f"allowed: {list(RESOURCE_KEYS)}")
+        if value is not None:
+            check_type("RLConfig", f"{field}.{key}", 0, value)
+        out[key] = value
+    given = {v for v in out.values() if v is not None}
+    if len(given) > 1:
+        raise ValueError(f"RLConfig: '{field}' gives different device counts "
+                         f"through aliases: {out}")
+    out.setdefault("num_npus", None)
+    if out["num_npus"] is None and given:
+        out["num_npus"] = given.pop()
+    return out
+
+
+class RLConfig(BaseConfig):
+    """RL settings. Every key, with its default:
+
+    runtime_env_path ('configs/envs/runtime_env.yaml'): Ray runtime-env file.
+    rule_reward (True): score responses with rule-based verifiers.
+    beta (0.1): weight of the KL term handed to the actor/reference.
+    actor_resource ({'num_npus': None}): devices for the actor; sub-keys
+        num_npus, or its aliases num_gpus / num_cpus.
+    reference_resource (None): devices for a separate reference worker.
+    reward_resource (None): devices for a reward-model worker.
+    num_samples_per_step (1): samples consumed per step (kept for upstream parity).
+    max_prompt_length (512): longest prompt in tokens.
+    epochs (1): passes over each rollout batch in the actor update.
+    clip_ratio (0.2): PPO ratio clipping range.
+    entropy_coeff (0.0): weight of the entropy bonus.
+    gamma (1.0): reward discount.
+    lam (0.95): GAE lambda.
+    advantage_whiten (True): normalise advantages.
+    kl_penalty ('low_var_kl'): KL estimator ('kl', 'abs', 'mse', 'low_var_kl', ...).
+    kl_ctrl_type ('fixed'): KL coefficient controller ('fixed' or 'adaptive').
+    init_kl_coef (0.01): starting KL coefficient.
+    kl_horizon (1000): horizon of the adaptive KL controller.
+    kl_target (100.0): target KL of the adaptive controller.
+    adv_estimator ('group_norm'): advantage estimator.
+    verifier_function (['base_acc']): names of the rule verifiers.
+    verifier_weight ([1.0]): one weight per verifier.
+    verifier_parallel (1): processes used for rule verification.
+    verifier_timeout (30): seconds a verifier may run.
+    integrated_mode_config (None): extra options of the integrated worker.
+    shuffle_mini_batch (False): shuffle samples before cutting mini-batches.
+    enable_sharding_validate (False): check weights after resharding.
+    tp_split_expert (False): split MoE experts over TP.
+    use_tensorboard (False) / use_wandb (False): metric sinks.
+    wandb_project / wandb_exp_name / wandb_save_dir (''): wandb settings.
+    blocking (True): wait for each stage before starting the next.
+    guarantee_order (False): keep sample order through the transfer dock.
+    num_cpus_for_local_task (1.0): CPUs of each local Ray task.
+    num_cpus_for_placement_group (8): CPUs per placement-group bundle.
+    use_integrated_worker (True): actor, reference and rollout share devices.
+    ref_forward_micro_batch_size (None): micro batch of reference log-prob passes.
+    actor_forward_micro_batch_size (None): micro batch of actor log-prob passes.
+    actor_rollout_dispatch_size, actor_logprob_dispatch_size, ref_dispatch_size,
+    reward_dispatch_size, adv_dispatch_size, actor_update_dispatch_size (None):
+        samples fetched from the transfer dock per call; filled by validation.
+    is_multimodal (False): the policy is a multimodal model.
+    use_remove_padding (False): pack sequences without padding.
+    n_samples_per_prompt (1): responses generated for every prompt.
+    mini_batch_size (1): prompts per optimizer step; after construction it
+        holds samples, i.e. the given value times n_samples_per_prompt.
+    use_dynamic_bsz (False): build micro batches by a token budget.
+    max_packing_token_size (4096): token budget of one dynamic micro batch.
+    use_dp_batch_balance (False): balance sequence lengths over DP ranks.
+    dp_balance_objective ('tokens'): what to balance, 'tokens' or 'flops'.
+    dp_balance_method ('auto'): partition algorithm: 'auto', 'heapq',
+        'karmarkar_karp' or 'greedy'.
+    td_timeout (600.0): seconds the transfer dock waits for data before raising.
+    seed (1234): seed of the RL-side random generators.
+    """
+
+    def __init__(self, config_dict=None):
+        config_dict = config_dict or {}
+        self.runtime_env_path = "configs/envs/runtime_env.yaml"
+        self.rule_reward = True
+        self.beta = 0.1
+        self.actor_resource = {"num_npus": None}
+        self.reference_resource = None
+        self.reward_resource = None
+        self.num_samples_per_step = 1
+        self.max_prompt_length = 512
+        self.epochs = 1
+        self.clip_ratio = 0.2
+        self.entropy_coeff = 0.0
+        self.gamma = 1.0
+        self.lam = 0.95
+        self.advantage_whiten = True
+        self.kl_penalty = "low_var_kl"
+        self.kl_ctrl_type = "fixed"
+        self.init_kl_coef = 0.01
+        self.kl_horizon = 1000
+        self.kl_target = 100.0
+        self.adv_estimator = "group_norm"
+        self.verifier_function = ["base_acc"]
+        self.verifier_weight = [1.0]
+        self.verifier_parallel = 1
+        self.verifier_timeout = 30
+        self.integrated_mode_config = None
+
+        self.shuffle_mini_batch = False
+        self.enable_sharding_validate = False
+        self.tp_split_expert = False
+
+        self.use_tensorboard = False
+        self.use_wandb = False
+        self.wandb_project = ""
+        self.wandb_exp_name = ""
+        self.wandb_save_dir = ""
+        self.blocking = True
+        self.guarantee_order = False
+        self.num_cpus_for_local_task = 1.0
+        self.num_cpus_for_placement_group = 8
+        self.use_integrated_worker = True
+        self.ref_forward_micro_batch_size = None
+        self.actor_forward_micro_batch_size = None
+
+        self.actor_rollout_dispatch_size = None
+        self.actor_logprob_dispatch_size = None
+        self.ref_dispatch_size = None
+        self.reward_dispatch_size = None
+        self.adv_dispatch_size = None
+        self.actor_update_dispatch_size = None
+
+        self.is_multimodal = False
+        self.use_remove_padding = False
+        self.n_samples_per_prompt = 1
+        self.mini_batch_size = 1
+        self.use_dynamic_bsz = False
+        self.max_packing_token_size = 4096
+
+        # Keys added by this project.
+        self.use_dp_batch_balance = False
+        self.dp_balance_objective = "tokens"
+        self.dp_balance_method = "auto"
+        self.td_timeout = 600.0
+        self.seed = 1234
+
+        self.update(config_dict)
+        # The yaml gives prompts per mini-batch; downstream code counts samples.
+        self.mini_batch_size = self.mini_batch_size * self.n_samples_per_prompt
+
+    def update(self, config_dict, model_config_dict=None):
+        super().update(config_dict, model_config_dict)
+        for field in RESOURCE_FIELDS:
+            setattr(self, field, normalize_resource(field, getattr(self, field)))
