@@ -23,10 +23,10 @@ _MAX_PAIR_SWAP_COUNT = 16
 # Partitions searched first in each step (the lightest ones).
 _NEAR_PARTS = 16
 # Work units (about one scored pair each) charged per exchange search and per step.
-_CALL_COST = 4000
-_STEP_COST = 8000
+_CALL_COST = 15_000
+_STEP_COST = 25_000
 # Default work budget: a few tens of milliseconds of searching.
-DEFAULT_WORK = 12_000_000
+DEFAULT_WORK = 8_000_000
 
 
 def group_order(assign, k):
@@ -35,13 +35,25 @@ def group_order(assign, k):
     return np.argsort(small, kind="stable")
 
 
-def load_lower_bound(weights, k, min_count=1):
-    """No split can make the heaviest load smaller than this: the mean load,
-    and the largest item plus the ``min_count - 1`` smallest others."""
+def load_lower_bound(weights, k, min_count=1, depth=8):
+    """No split into ``k`` partitions of at least ``min_count`` items each can
+    make the heaviest load smaller than this. Terms: the mean load; and, for
+    m = 1..depth, pigeonhole: of the (m-1)k+1 largest items some partition holds
+    m, so its load is at least the m smallest of them plus the
+    ``min_count - m`` smallest items overall."""
     w = np.asarray(weights, dtype=np.float64)
-    extra = max(0, min(int(min_count) - 1, w.size - 1))
-    smallest = np.partition(w, extra)[:extra].sum() if extra else 0.0
-    return max(w.sum() / k, w.max() + smallest)
+    n = w.size
+    bound = w.sum() / k
+    top_n = min(n, (depth - 1) * k + 1)
+    top = -np.sort(-np.partition(w, n - top_n)[n - top_n:])  # largest first
+    c = max(1, int(min_count))
+    small = np.concatenate(([0.0], np.cumsum(np.sort(np.partition(w, min(c, n - 1))[:c]))))
+    for m in range(1, depth + 1):
+        end = (m - 1) * k + 1
+        if end > top_n:
+            break
+        bound = max(bound, top[end - m:end].sum() + small[max(0, c - m)])
+    return float(bound)
 
 
 def _best_exchange(lh, h_sums, cand_sums, cand_loads):
@@ -250,20 +262,21 @@ def _exchange_round(w, assign, slots, vals, loads):
     return True
 
 
-def refine_assignment(weights, assign, k, min_count=1, max_count=None, work=DEFAULT_WORK):
+def refine_assignment(weights, assign, k, min_count=1, max_count=None, work=DEFAULT_WORK, tol=1e-4):
     """Improve ``assign`` in place so that the heaviest partition gets lighter.
 
     ``min_count``/``max_count`` bound the items per partition: exchanges keep
     counts, single moves happen only inside the bounds. ``work`` caps the
     effort in units of about one scored candidate pair, so the cost stays
-    bounded whatever the input. Returns ``assign``.
+    bounded whatever the input. The search stops early once the heaviest load
+    is within ``tol`` (relative) of a lower bound. Returns ``assign``.
     """
     w = np.asarray(weights, dtype=np.float64)
     n = w.size
     if n == 0 or k <= 1:
         return assign
     max_count = n if max_count is None else max_count
-    stop_at = load_lower_bound(w, k, min_count)
+    stop_at = load_lower_bound(w, k, min_count) * (1.0 + tol)
     rounds = int(min(16, max(1, work // (256 * n))))
     pairwise_rounds(w, assign, k, max_rounds=rounds, stop_at=stop_at)
     search = _Search(w, assign, k, min_count, max_count, work - rounds * 64 * n)

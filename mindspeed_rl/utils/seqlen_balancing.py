@@ -14,17 +14,22 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from mindspeed_rl.utils.partition_refine import DEFAULT_WORK, group_order, refine_assignment
+from mindspeed_rl.utils.partition_exact import exact_equal_partition
+from mindspeed_rl.utils.partition_refine import DEFAULT_WORK, group_order, load_lower_bound, refine_assignment
 
 METHODS = ("auto", "heapq", "karmarkar_karp", "greedy")
 # Karmarkar-Karp costs about n (equal sizes) or n * k (free sizes) element
-# steps; above this (n = 8192 with equal sizes) the default skips that start.
+# steps; above this (n = 16384 with equal sizes) the default skips that start.
 _KK_START_LIMIT = 1 << 17
+# The plain heap LPT start (a Python loop) is added up to this many items.
+_HEAP_START_ITEMS = 16384
 # Inputs up to this size get the full refinement budget, larger ones less
 # (their greedy start is already close to the bound).
 _FULL_WORK_ITEMS = 8192
+# Up to this many items (equal sizes) a bounded exact search follows.
+_EXACT_ITEMS = 16
 # Up to this many items every start is refined, above it only the best one.
-_REFINE_ALL_LIMIT = 1024
+_REFINE_ALL_LIMIT = 512
 
 
 def as_weights(values, name: str = "seqlen_list") -> np.ndarray:
@@ -97,7 +102,7 @@ def heapq_partition(seqlen_list, k_partitions: int, equal_size: bool) -> List[Li
 
 def greedy_rounds(seqlen_list, k_partitions: int) -> List[List[int]]:
     """Vectorised count-balanced greedy (batched LPT): items, largest first, are
-    handed out in batches of ``k // 2``; each batch goes to the lightest
+    handed out in batches of ``3k / 4``; each batch goes to the lightest
     partitions that still have room, the largest item to the lightest.
     Counts differ by at most one."""
     w = as_weights(seqlen_list)
@@ -107,27 +112,27 @@ def greedy_rounds(seqlen_list, k_partitions: int) -> List[List[int]]:
 
 def _greedy_assign(w: np.ndarray, k: int) -> np.ndarray:
     n = w.size
-    floor, extra = divmod(n, k)  # ``extra`` partitions may take floor + 1 items
+    floor, extra = divmod(n, k)  # only ``extra`` partitions may take floor + 1 items
     order = np.argsort(-w)
     assign = np.empty(n, dtype=np.int64)
     loads = np.zeros(k)
     counts = np.zeros(k, dtype=np.int64)
-    batch = max(1, k // 2)
-    cap = floor + (extra > 0)
+    batch = max(1, 3 * k // 4)
     start = 0
     while start < n:
-        if extra and cap > floor and np.count_nonzero(counts > floor) >= extra:
-            cap = floor
-        room = counts < cap
-        key = np.where(room, loads, np.inf)
-        b = min(batch, int(np.count_nonzero(room)), n - start)
-        targets = np.argpartition(key, b - 1)[:b] if b < k else np.arange(k)
-        targets = targets[np.argsort(key[targets], kind="stable")]
-        items = order[start:start + b]
+        cand = np.argsort(loads, kind="stable")
+        if counts.max() >= floor:
+            # full partitions drop out; at most ``extra`` may pass ``floor``
+            c = counts[cand]
+            promote = c == floor
+            room = extra - np.count_nonzero(counts > floor)
+            cand = cand[(c < floor) | (promote & (np.cumsum(promote) <= room))]
+        targets = cand[: min(batch, n - start)]
+        items = order[start:start + targets.size]
         assign[items] = targets
         loads[targets] += w[items]
         counts[targets] += 1
-        start += b
+        start += targets.size
     return assign
 
 
@@ -192,16 +197,17 @@ def _score(w, assign, k):
 
 
 def _balanced_assign(w: np.ndarray, k: int, equal_size: bool) -> np.ndarray:
-    """Our default: greedy and Karmarkar-Karp starts refined by local search.
+    """Our default: greedy (batched and heap LPT) and Karmarkar-Karp starts
+    refined by local search.
     Small inputs refine every start and keep the best; larger ones refine only
-    the better start, which is nearly as good at half the cost."""
+    the better start, which is nearly as good at half the cost. Tiny inputs
+    then get a bounded exact search."""
     n = w.size
     lo, hi = _count_bounds(n, k, equal_size)
-    if equal_size:
-        starts = [_greedy_assign(w, k)]
-    else:
-        starts = [_to_assign(heapq_partition(w, k, False), n)]
-    if (n * 16 if equal_size else n * k) <= _KK_START_LIMIT:
+    starts = [_greedy_assign(w, k)] if equal_size else []
+    if not equal_size or (n % k == 0 and n <= _HEAP_START_ITEMS):
+        starts.append(_to_assign(heapq_partition(w, k, equal_size), n))
+    if (n * 8 if equal_size else n * k) <= _KK_START_LIMIT:
         starts.append(_kk_assign(w, k, equal_size))
     starts.sort(key=lambda a: _score(w, a, k))
     if n > _REFINE_ALL_LIMIT:
@@ -213,6 +219,10 @@ def _balanced_assign(w: np.ndarray, k: int, equal_size: bool) -> np.ndarray:
         score = _score(w, assign, k)
         if best is None or score < best_score:
             best, best_score = assign, score
+    if equal_size and n <= _EXACT_ITEMS and best_score[0] > load_lower_bound(w, k, lo):
+        exact = exact_equal_partition(w, k, upper=best_score[0])
+        if exact is not None:
+            best = exact
     return best
 
 
@@ -326,16 +336,12 @@ def rearrange_micro_batches(seqlen_list, max_token_len: int,
 
 
 def sized_lower_bound(weights, k_partitions: int, equal_size: bool = True) -> float:
-    """A lower bound on the heaviest load that also counts item-count limits:
-    the partition holding the largest item holds at least ``n // k - 1`` others."""
-    w = np.sort(as_weights(weights, "weights"))
-    n = w.size
-    _check_k(n, k_partitions)
-    bound = max(w.sum() / k_partitions, w[-1])
-    if equal_size:
-        extra = n // k_partitions - 1
-        bound = max(bound, w[-1] + w[:extra].sum())
-    return float(bound)
+    """A lower bound on the heaviest load that also counts item-count limits
+    and the pigeonhole principle (see ``partition_refine.load_lower_bound``);
+    tighter than ``max(mean, largest item)``."""
+    w = as_weights(weights, "weights")
+    _check_k(w.size, k_partitions)
+    return load_lower_bound(w, k_partitions, w.size // k_partitions if equal_size else 1)
 
 
 def balance_stats(weights, partitions: Sequence[Sequence[int]]) -> Dict[str, object]:

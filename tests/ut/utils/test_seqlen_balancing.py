@@ -1,3 +1,5 @@
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -197,3 +199,36 @@ def test_refine_never_raises_max_and_keeps_counts():
 def test_greedy_rounds_deal_counts():
     parts = greedy_rounds(np.arange(10), 4)
     assert sorted(len(p) for p in parts) == [2, 2, 3, 3]
+
+
+def _exact_min_max(w, k):
+    """Brute-force optimum for equal-size partitions (tiny inputs only)."""
+    c = len(w) // k
+    order = sorted(range(len(w)), key=lambda i: -w[i])
+    best = [float("inf")]
+
+    def rec(rest, cur):
+        if cur >= best[0]:
+            return
+        if not rest:
+            best[0] = cur
+            return
+        head, tail = rest[0], rest[1:]
+        for comb in itertools.combinations(tail, c - 1):
+            load = w[head] + sum(w[j] for j in comb)
+            rec([x for x in tail if x not in comb], max(cur, load))
+
+    rec(order, 0)
+    return best[0]
+
+
+def test_auto_finds_the_exact_optimum_on_tiny_group_level_inputs():
+    rng = np.random.default_rng(11)
+    hits = 0
+    for _ in range(10):
+        w = _grpo_groups(rng, 12).tolist()
+        opt = _exact_min_max(w, 4)
+        got = _loads(w, get_seqlen_balanced_partitions(w, 4, True)).max()
+        assert got >= opt
+        hits += got == opt
+    assert hits >= 9

@@ -1,0 +1,81 @@
+# coding=utf-8
+"""A small key -> value store for training metrics."""
+from numbers import Number
+from typing import Any, Dict, List
+
+import numpy as np
+import torch
+
+
+def _check_key(key) -> None:
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"metric key must be a non-empty str, got {key!r}")
+
+
+def _as_items(value) -> List[Any]:
+    # values that extend a cumulated list
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0:
+        return list(value.reshape(-1).tolist())
+    return [value]
+
+
+def _to_float(key: str, value) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() == 0:
+            raise ValueError(f"metric '{key}' holds an empty tensor")
+        return float(value.detach().float().mean())
+    if isinstance(value, np.ndarray):
+        if value.size == 0:
+            raise ValueError(f"metric '{key}' holds an empty array")
+        return float(value.astype(np.float64).mean())
+    if isinstance(value, Number):
+        return float(value)
+    raise TypeError(f"metric '{key}' holds a non-numeric value of type {type(value).__name__}")
+
+
+class Metric:
+    """Holds metrics in `self.metric`; cumulated entries are lists."""
+
+    def __init__(self):
+        self.metric = {}
+
+    def update(self, key="", value=None, cumulate=False):
+        """Set `key` to `value`, or each item of a dict `value`; with `cumulate` extend a list."""
+        if isinstance(value, dict):
+            for k in value:
+                _check_key(k)
+            items = value.items()
+        else:
+            _check_key(key)
+            items = [(key, value)]
+        for k, v in items:
+            if not cumulate:
+                self.metric[k] = v
+                continue
+            old = self.metric.get(k)
+            if k not in self.metric:
+                self.metric[k] = _as_items(v)
+            elif isinstance(old, list):
+                old.extend(_as_items(v))
+            else:
+                # promote a plain value to a list before appending
+                self.metric[k] = [old] + _as_items(v)
+
+    def compute(self) -> Dict[str, float]:
+        """Flatten to floats: lists are averaged, tensors reduced via float(); None/empty skipped."""
+        result = {}
+        for key, value in self.metric.items():
+            if value is None:
+                continue
+            if isinstance(value, (list, tuple)):
+                if not value:
+                    continue
+                result[key] = sum(_to_float(key, v) for v in value) / len(value)
+            else:
+                result[key] = _to_float(key, value)
+        return result
+
+    def reset(self):
+        self.metric = {}
