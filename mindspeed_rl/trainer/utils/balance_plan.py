@@ -1,0 +1,82 @@
+"""One DP-balance plan per consumer per round, served share by share.
+
+The first request that finds the consumer without a plan partitions the whole
+ready pool (rows, or GRPO groups of n rows) into ``ceil(pool / count)``
+shares of near-equal workload, at most ``count`` units each and sizes within
+one unit of each other. Later requests pop the remaining shares; a plan is
+rebuilt only when it is used up or the pool changed under it.
+"""
+from collections import deque
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from mindspeed_rl.utils.seqlen_balancing import METHODS, balance_stats, get_seqlen_balanced_partitions
+from mindspeed_rl.utils.workload import OBJECTIVES, WorkloadModel
+
+
+class BalancePlanner:
+    def __init__(self, objective: str = "tokens", workload_model: Optional[WorkloadModel] = None,
+                 method: str = "auto", seed: int = 1234):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"balance objective must be one of {OBJECTIVES}, got {objective!r}")
+        if objective == "flops" and workload_model is None:
+            raise ValueError("balance objective 'flops' needs a workload_model (model dimensions)")
+        if method not in METHODS:
+            raise ValueError(f"balance method must be one of {METHODS}, got {method!r}")
+        self.objective, self.workload_model, self.method = objective, workload_model, method
+        self._seed = seed
+        self.reset()
+
+    def reset(self):
+        self._plans: Dict[str, deque] = {}
+        self._rng = np.random.default_rng(self._seed)
+
+    def drop(self, consumer: str):
+        self._plans.pop(consumer, None)
+
+    def next_share(self, consumer: str, usable: Tensor, needed: int, row_lengths: Tensor, unit: int,
+                   metrics) -> Tensor:
+        """Units (rows, or groups when ``unit`` > 1) for this request."""
+        plan = self._plans.get(consumer)
+        if plan:
+            share = plan.popleft()
+            if bool(torch.isin(share, usable).all()):
+                return share
+        plan = deque(self._make_plan(consumer, usable, needed, row_lengths, unit, metrics))
+        self._plans[consumer] = plan
+        return plan.popleft()
+
+    def unit_costs(self, row_lengths: Tensor, unit: int, usable: Tensor) -> np.ndarray:
+        lengths = row_lengths.view(-1, unit)[usable].numpy()
+        if self.objective == "flops":
+            return self.workload_model.cost(lengths).sum(axis=1)
+        return lengths.sum(axis=1).astype(np.float64)
+
+    def _make_plan(self, consumer, usable, needed, row_lengths, unit, metrics):
+        costs = self.unit_costs(row_lengths, unit, usable)
+        n_shares = -(-usable.numel() // needed)
+        if n_shares == 1:
+            parts = [list(range(usable.numel()))]
+        else:
+            parts = get_seqlen_balanced_partitions(costs, n_shares, equal_size=True, method=self.method)
+        self._record(consumer, costs, parts, metrics)
+        return [usable[torch.as_tensor(p, dtype=torch.int64)] for p in parts]
+
+    def _record(self, consumer, costs, parts, metrics):
+        """Loads of this plan, and what a random split of the same pool gives."""
+        stats = balance_stats(costs, parts)
+        cuts = np.cumsum([len(p) for p in parts])[:-1]
+        shuffled = np.split(self._rng.permutation(costs.size), cuts)
+        random_imbalance = balance_stats(costs, shuffled)["imbalance"]
+        prefix = f"dp_balance/{consumer}"
+        metrics.update(value={
+            f"{prefix}/imbalance": stats["imbalance"],
+            f"{prefix}/imbalance_random": random_imbalance,
+            f"{prefix}/max_load": stats["max"],
+            f"{prefix}/min_load": stats["min"],
+            f"{prefix}/mean_load": stats["mean"],
+            f"{prefix}/shares": float(len(parts)),
+        }, cumulate=True)

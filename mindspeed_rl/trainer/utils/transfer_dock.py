@@ -1,0 +1,321 @@
+"""Transfer dock: the store between GRPO stages.
+
+Rows are samples (``prompts_num * n_samples_per_prompt`` of them, a GRPO
+group's n samples in consecutive rows); columns are experience fields.
+Producers put rows; each consumer takes rows it has not consumed yet. With
+``use_batch_seqlen_balance`` the first request of a round partitions the whole
+ready pool into equal-workload shares (see ``balance_plan``) and later requests
+are served the remaining shares.
+"""
+import threading
+import time
+from typing import Dict, List, Optional, Sequence, Union
+
+import ray
+import torch
+from torch import Tensor
+
+from mindspeed_rl.trainer.utils.balance_plan import BalancePlanner
+from mindspeed_rl.trainer.utils.experience_packing import (  # noqa: F401  (re-exported, as upstream)
+    pack_experience_columns, pad_experience, trans_input_to_experience, unpack_pad_experience)
+from mindspeed_rl.utils.metrics import Metric
+
+DEFAULT_COLUMNS = [
+    "prompts", "prompt_length", "responses", "response_length", "attention_mask", "labels",
+    "input_ids", "input_ids_length", "actor_rollout", "rm_scores", "token_level_rewards",
+    "old_log_prob", "ref_log_prob", "advantages", "returns",
+]
+DEFAULT_CONSUMERS = [
+    "trainer", "actor_rollout", "actor_log_prob", "ref_log_prob", "actor_train",
+    "compute_advantage", "rule_reward", "reward_scores", "grpo_metrics",
+]
+# Scalar per-row columns also kept as one integer tensor, for vectorised sums.
+LENGTH_COLUMNS = ("prompt_length", "response_length", "input_ids_length")
+
+
+class TransferDock:
+    """Column store with per-cell readiness and a bounded wait for data."""
+
+    def __init__(self, prompts_num: int, n_samples_per_prompt: int,
+                 experience_columns: Optional[List[str]], timeout: Optional[float] = None,
+                 timeout_interval: Optional[float] = None) -> None:
+        for name, value in (("prompts_num", prompts_num), ("n_samples_per_prompt", n_samples_per_prompt)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"TransferDock: {name} must be a positive int, got {value!r}")
+        self.prompts_num = prompts_num
+        self.n_samples_per_prompt = n_samples_per_prompt
+        self.max_len = prompts_num * n_samples_per_prompt
+        self.experience_columns = list(experience_columns or [])
+        self.timeout = float(timeout) if timeout is not None else 300.0
+        self.timeout_interval = float(timeout_interval) if timeout_interval is not None else 0.05
+        if self.timeout <= 0 or self.timeout_interval <= 0:
+            raise ValueError("TransferDock: timeout and timeout_interval must be positive")
+        self._data_lock = threading.RLock()
+        self._clear_experience_data_and_status()
+
+    # ------------------------------------------------------------ validation
+
+    def _check_columns(self, columns: Sequence[str], action: str):
+        if not columns:
+            raise ValueError(f"{action}: no experience columns given")
+        unknown = [c for c in columns if c not in self.experience_columns]
+        if unknown:
+            raise ValueError(f"{action}: unknown columns {unknown}; the dock has {self.experience_columns}")
+
+    def _check_indexes(self, indexes, action: str) -> Tensor:
+        if indexes is None or len(indexes) == 0:
+            raise ValueError(f"{action}: indexes must be a non-empty list of rows")
+        rows = torch.as_tensor(list(indexes), dtype=torch.int64)
+        if rows.dim() != 1:
+            raise ValueError(f"{action}: indexes must be a flat list of row numbers")
+        bad = rows[(rows < 0) | (rows >= self.max_len)]
+        if bad.numel():
+            raise ValueError(f"{action}: row {int(bad[0])} is outside the dock's range [0, {self.max_len})")
+        if torch.unique(rows).numel() != rows.numel():
+            raise ValueError(f"{action}: indexes contain duplicate rows")
+        return rows
+
+    # ------------------------------------------------------------ storage
+
+    def _put(self, experience_columns: List[str], experience: List[List[Tensor]], indexes: List[int]):
+        """Write rows; every check runs before anything is written."""
+        self._check_columns(experience_columns, "put experience")
+        rows = self._check_indexes(indexes, "put experience")
+        if len(experience) != len(experience_columns):
+            raise ValueError(f"put experience: {len(experience_columns)} columns but {len(experience)} data lists")
+        lengths = {}
+        for column, values in zip(experience_columns, experience):
+            if len(values) != rows.numel():
+                raise ValueError(f"put experience: column '{column}' has {len(values)} rows "
+                                 f"but {rows.numel()} indexes were given")
+            if column in LENGTH_COLUMNS:
+                lengths[column] = self._scalar_column(column, values)
+        with self._data_lock:
+            for column, values in zip(experience_columns, experience):
+                data = self.experience_data[column]
+                for row, value in zip(rows.tolist(), values):
+                    data[row] = value
+                if column in lengths:
+                    self.experience_lengths[column][rows] = lengths[column]
+                self.experience_data_status[column][rows] = 1
+
+    @staticmethod
+    def _scalar_column(column: str, values: List[Tensor]) -> Tensor:
+        sizes = [v.numel() for v in values]
+        if any(s != 1 for s in sizes):
+            row = next(i for i, s in enumerate(sizes) if s != 1)
+            raise ValueError(f"put experience: column '{column}' needs one number per row, row {row} has {sizes[row]}")
+        return torch.cat([v.reshape(1) for v in values]).to(torch.int64)
+
+    def _missing(self, columns: Sequence[str], rows: Tensor) -> Dict[str, List[int]]:
+        missing = {}
+        for column in columns:
+            not_ready = rows[self.experience_data_status[column][rows] != 1]
+            if not_ready.numel():
+                missing[column] = not_ready.tolist()
+        return missing
+
+    def _wait_for_data(self, columns: Sequence[str], rows: Tensor, consumer: str = "") -> None:
+        """Wait until every cell is ready; raise TimeoutError after ``timeout``."""
+        deadline = time.monotonic() + self.timeout
+        missing = self._missing(columns, rows)
+        while missing:
+            if time.monotonic() >= deadline:
+                detail = "; ".join(f"'{c}' rows {r[:16]}{' ...' if len(r) > 16 else ''}" for c, r in missing.items())
+                raise TimeoutError(f"transfer dock: consumer '{consumer}' waited {self.timeout:g}s "
+                                   f"for data that never came: {detail}")
+            time.sleep(self.timeout_interval)
+            missing = self._missing(columns, rows)
+
+    def _get(self, experience_columns: List[str], indexes: Union[List[int], Tensor], consumer: str = ""):
+        rows = indexes if isinstance(indexes, Tensor) else self._check_indexes(indexes, "get experience")
+        self._wait_for_data(experience_columns, rows, consumer)
+        row_list = rows.tolist()
+        return [[self.experience_data[c][r] for r in row_list] for c in experience_columns]
+
+    def _clear_experience_data_and_status(self, indexes=None):
+        with self._data_lock:
+            if indexes is None:
+                self.experience_data = {c: [None] * self.max_len for c in self.experience_columns}
+                self.experience_data_status = {c: torch.zeros(self.max_len, dtype=torch.int32)
+                                               for c in self.experience_columns}
+                self.experience_lengths = {c: torch.zeros(self.max_len, dtype=torch.int64)
+                                           for c in LENGTH_COLUMNS if c in self.experience_columns}
+                return
+            rows = self._check_indexes(indexes, "clear experience")
+            for column in self.experience_columns:
+                self.experience_data_status[column][rows] = 0
+                for row in rows.tolist():
+                    self.experience_data[column][row] = None
+
+    def get_experience_data(self):
+        return self.experience_data
+
+    def get_experience_status(self):
+        return self.experience_data_status
+
+    def get_experience_len(self):
+        return self.max_len
+
+
+class GRPOTransferDock(TransferDock):
+    """The GRPO dock: consumers, random or workload-balanced sampling, metrics.
+
+    Used as a Ray actor: ``GRPOTransferDock.remote(prompts_num, n_samples, ...)``
+    (many concurrent callers); ``GRPOTransferDock.__ray_actor_class__`` is the
+    plain class for in-process use.
+    """
+
+    def __init__(self, prompts_num: int, n_samples_per_prompt: int, metrics=None,
+                 addition_columns: Optional[List[str]] = None, addition_consumers: Optional[List[str]] = None,
+                 timeout: Optional[float] = None, timeout_interval: Optional[float] = None,
+                 balance_objective: str = "tokens", workload_model=None, balance_method: str = "auto",
+                 seed: int = 1234) -> None:
+        columns = list(DEFAULT_COLUMNS) + [c for c in addition_columns or [] if c not in DEFAULT_COLUMNS]
+        self.experience_consumers = list(DEFAULT_CONSUMERS) + [
+            c for c in addition_consumers or [] if c not in DEFAULT_CONSUMERS]
+        super().__init__(prompts_num, n_samples_per_prompt, columns, timeout, timeout_interval)
+        # consumers that can be balanced, and the columns that give their workload
+        self.batch_seqlen_balance_mapper = {
+            c: ["prompt_length", "response_length"]
+            for c in ("ref_log_prob", "actor_log_prob", "reward_scores", "actor_train")
+        }
+        self.metrics = metrics if metrics is not None else Metric()
+        self.consumer_sampling_lock = {c: threading.Lock() for c in self.experience_consumers}
+        self.planner = BalancePlanner(objective=balance_objective, workload_model=workload_model,
+                                      method=balance_method, seed=seed)
+        self._seed = seed
+        self._reset_consumers()
+
+    def _reset_consumers(self):
+        self.experience_consumer_status = {c: torch.zeros(self.max_len, dtype=torch.int32)
+                                           for c in self.experience_consumers}
+        self.planner.reset()
+        self._generator = torch.Generator().manual_seed(self._seed)
+
+    def _check_consumer(self, consumer: str, action: str):
+        if consumer not in self.experience_consumers:
+            raise ValueError(f"{action}: unknown consumer '{consumer}'; the dock has {self.experience_consumers}")
+
+    # ------------------------------------------------------------ metrics
+
+    def get_metrics(self):
+        return self.metrics
+
+    def update_metrics(self, key="", value=None, cumulate=False):
+        self.metrics.update(key, value, cumulate=cumulate)
+
+    # ------------------------------------------------------------ put
+
+    def put_experience(self, data_dict: Dict[str, Union[Tensor, List[Tensor]]], indexes: List[int] = None):
+        if not indexes:
+            raise ValueError("put experience: indexes must be provided")
+        columns, experience = trans_input_to_experience(data_dict)
+        self._put(columns, experience, indexes)
+
+    def put_prompts_experience(self, batch: Dict[str, Union[Tensor, List[Tensor]]],
+                               dataset_additional_keys: Optional[List[str]] = None):
+        """Put each prompt ``n_samples_per_prompt`` times (rows 0, 1, ...),
+        with its ``prompt_length`` and any additional dataset columns."""
+        if "prompts" not in batch:
+            raise ValueError("put prompts: the batch has no 'prompts'")
+        prompts = list(batch["prompts"])
+        n = self.n_samples_per_prompt
+        if not prompts or len(prompts) * n > self.max_len:
+            raise ValueError(f"put prompts: {len(prompts)} prompts x {n} samples do not fit "
+                             f"the dock's {self.max_len} rows")
+        data = {
+            "prompts": [p.clone() for p in prompts for _ in range(n)],
+            "prompt_length": [torch.tensor([p.numel()]) for p in prompts for _ in range(n)],
+        }
+        for key in dataset_additional_keys or []:
+            if key in batch:
+                values = list(batch[key])
+                if len(values) != len(prompts):
+                    raise ValueError(f"put prompts: '{key}' has {len(values)} rows, prompts have {len(prompts)}")
+                data[key] = [v for v in values for _ in range(n)]
+        self.put_experience(data, indexes=list(range(len(prompts) * n)))
+
+    # ------------------------------------------------------------ get
+
+    def get_experience(self, consumer: str, experience_columns: List[str], experience_count: int = None,
+                       indexes: List[int] = None, get_n_samples: bool = True,
+                       use_batch_seqlen_balance: bool = False):
+        """Rows for ``consumer``: ``(batch_dict, indexes)`` or ``(None, None)``
+        when not enough rows are ready yet.
+
+        ``indexes`` fetches those rows (waiting for them up to ``timeout``);
+        otherwise ``experience_count`` unconsumed ready rows are chosen, whole
+        GRPO groups when ``get_n_samples``, balanced by workload when
+        ``use_batch_seqlen_balance`` and the consumer supports it, else at random.
+        """
+        self._check_consumer(consumer, "get experience")
+        self._check_columns(experience_columns, f"get experience for '{consumer}'")
+        if indexes is not None:
+            rows = self._check_indexes(indexes, f"get experience for '{consumer}'")
+            with self.consumer_sampling_lock[consumer]:
+                self.experience_consumer_status[consumer][rows] = 1
+                self.planner.drop(consumer)
+        else:
+            self._check_count(consumer, experience_count, get_n_samples)
+            balance = use_batch_seqlen_balance and consumer in self.batch_seqlen_balance_mapper
+            with self.consumer_sampling_lock[consumer]:
+                rows = self._sample(consumer, experience_columns, experience_count, get_n_samples, balance)
+            if rows is None:
+                return None, None
+        experience = self._get(experience_columns, rows, consumer)
+        return dict(zip(experience_columns, experience)), rows.tolist()
+
+    def _check_count(self, consumer, count, get_n_samples):
+        if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+            raise ValueError(f"get experience for '{consumer}': experience_count must be a positive int, got {count!r}")
+        if count > self.max_len:
+            raise ValueError(f"get experience for '{consumer}': experience_count {count} exceeds "
+                             f"the dock's {self.max_len} rows")
+        if get_n_samples and count % self.n_samples_per_prompt:
+            raise ValueError(f"get experience for '{consumer}': experience_count {count} must be a multiple "
+                             f"of n_samples_per_prompt {self.n_samples_per_prompt} when get_n_samples is set")
+
+    def _sample(self, consumer, columns, count, get_n_samples, balance) -> Optional[Tensor]:
+        """Choose rows and mark them consumed (caller holds the consumer lock)."""
+        unit = self.n_samples_per_prompt if get_n_samples else 1
+        needed = count // unit
+        wanted = list(columns) + (self.batch_seqlen_balance_mapper[consumer] if balance else [])
+        ready = torch.stack([self.experience_data_status[c] == 1 for c in wanted]).all(dim=0)
+        fresh = self.experience_consumer_status[consumer] == 0
+        ready_u = ready.view(-1, unit).all(dim=1)
+        fresh_u = fresh.view(-1, unit).all(dim=1)
+        usable = (ready_u & fresh_u).nonzero(as_tuple=True)[0]
+        remaining = int(fresh_u.sum())
+        # a short final batch is served once every remaining unit is ready
+        if usable.numel() < needed and not (0 < usable.numel() == remaining):
+            return None
+        if balance:
+            units = self.planner.next_share(consumer, usable, needed, self._row_lengths(), unit, self.metrics)
+        else:
+            units = usable[torch.randperm(usable.numel(), generator=self._generator)[:needed]]
+        rows = (units[:, None] * unit + torch.arange(unit)).reshape(-1)
+        self.experience_consumer_status[consumer][rows] = 1
+        return rows
+
+    def _row_lengths(self) -> Tensor:
+        """Prompt + response tokens per row, as one int64 tensor."""
+        return self.experience_lengths["prompt_length"] + self.experience_lengths["response_length"]
+
+    # ------------------------------------------------------------ status
+
+    def all_consumed(self, consumer: str) -> bool:
+        self._check_consumer(consumer, "all_consumed")
+        return bool(self.experience_consumer_status[consumer].sum() == self.max_len)
+
+    def clear(self):
+        """Forget all rows, consumer progress, plans and metrics (next round)."""
+        self._reset_consumers()
+        self.metrics.reset()
+        self._clear_experience_data_and_status()
+
+    def get_consumer_status(self):
+        return self.experience_consumer_status
+
+
+GRPOTransferDock = ray.remote(max_concurrency=100)(GRPOTransferDock)

@@ -1,0 +1,232 @@
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+from mindspeed_rl.utils.seqlen_balancing import balance_stats, get_seqlen_balanced_partitions
+from mindspeed_rl.utils.workload import WorkloadModel
+
+Dock = GRPOTransferDock.__ray_actor_class__
+COLS = ["responses", "prompt_length", "response_length"]
+
+
+def _fill(td, prompts, n, seed=0, rows=None):
+    """Put prompts and long-tail responses; returns per-row total lengths."""
+    rng = np.random.default_rng(seed)
+    plen = rng.integers(4, 64, prompts)
+    td.put_prompts_experience({"prompts": [torch.ones(int(p), dtype=torch.int32) for p in plen]})
+    difficulty = rng.lognormal(5, 1.0, prompts)
+    resp = np.maximum(1, rng.lognormal(np.log(difficulty)[:, None], 0.5, (prompts, n))).astype(int).ravel()
+    rows = list(range(prompts * n)) if rows is None else rows
+    td.put_experience({"responses": [torch.ones(int(resp[r]), dtype=torch.int32) for r in rows],
+                       "response_length": [torch.tensor([int(resp[r])]) for r in rows]}, rows)
+    return np.repeat(plen, n) + resp
+
+
+def _loads(total, shares):
+    return np.array([total[s].sum() for s in shares])
+
+
+def _round(td, consumer, count, balance, get_n_samples=True):
+    shares = []
+    while not td.all_consumed(consumer):
+        batch, idx = td.get_experience(consumer, COLS, count, get_n_samples=get_n_samples,
+                                       use_batch_seqlen_balance=balance)
+        assert batch is not None, "all rows are ready, a request must be served"
+        assert len(batch["responses"]) == len(idx)
+        shares.append(idx)
+    return shares
+
+
+def test_balanced_round_serves_every_row_once_and_matches_offline():
+    td = Dock(32, 4, timeout=1)
+    total = _fill(td, 32, 4)
+    shares = _round(td, "actor_train", 16, balance=True)
+    flat = sorted(i for s in shares for i in s)
+    assert flat == list(range(128))
+    assert all(len(s) == 16 for s in shares)
+    # groups stay whole on one share
+    for s in shares:
+        assert sorted({i // 4 for i in s}) == sorted(i // 4 for i in s[::4])
+        assert all(sum(1 for i in s if i // 4 == g) == 4 for g in {i // 4 for i in s})
+    group = total.reshape(32, 4).sum(1)
+    offline = balance_stats(group, get_seqlen_balanced_partitions(group, 8, True))
+    served = _loads(total, shares)
+    assert served.max() / served.mean() - 1 == pytest.approx(offline["imbalance"])
+    metrics = td.get_metrics().compute()
+    assert metrics["dp_balance/actor_train/imbalance"] == pytest.approx(offline["imbalance"])
+    assert metrics["dp_balance/actor_train/shares"] == 8
+
+
+def test_balance_far_below_random_on_long_tail():
+    imb = {}
+    for balance in (True, False):
+        td = Dock(64, 8, timeout=1)
+        total = _fill(td, 64, 8, seed=3)
+        loads = _loads(total, _round(td, "ref_log_prob", 64, balance))
+        imb[balance] = loads.max() / loads.mean() - 1
+    assert imb[True] < 0.02
+    assert imb[False] > 5 * imb[True]
+
+
+def test_one_plan_per_round():
+    td = Dock(16, 2, timeout=1)
+    _fill(td, 16, 2)
+    calls = []
+    original = get_seqlen_balanced_partitions
+
+    import mindspeed_rl.trainer.utils.balance_plan as bp
+    def counting(*args, **kwargs):
+        calls.append(args[1])
+        return original(*args, **kwargs)
+    bp.get_seqlen_balanced_partitions, saved = counting, bp.get_seqlen_balanced_partitions
+    try:
+        _round(td, "actor_log_prob", 4, balance=True)
+    finally:
+        bp.get_seqlen_balanced_partitions = saved
+    assert calls == [8]
+
+
+def test_sample_level_balance_without_groups():
+    td = Dock(8, 4, timeout=1)
+    total = _fill(td, 8, 4, seed=5)
+    shares = _round(td, "reward_scores", 8, balance=True, get_n_samples=False)
+    assert sorted(i for s in shares for i in s) == list(range(32))
+    loads = _loads(total, shares)
+    assert loads.max() / loads.mean() - 1 < 0.05
+
+
+def test_non_divisible_pool_balances_with_count_skew_at_most_one_group():
+    # 10 groups, 3 groups per request -> 4 shares of 3, 3, 2, 2 groups
+    td = Dock(10, 2, timeout=1)
+    total = _fill(td, 10, 2, seed=7)
+    shares = _round(td, "actor_train", 6, balance=True)
+    sizes = sorted(len(s) // 2 for s in shares)
+    assert sizes == [2, 2, 3, 3]
+    assert sorted(i for s in shares for i in s) == list(range(20))
+    group = total.reshape(10, 2).sum(1)
+    served = np.array([sum(group[i // 2] for i in s[::2]) for s in shares])
+    unbalanced = [group[list(c)].sum() for c in np.array_split(np.arange(10), 4)]
+    assert served.max() <= max(unbalanced)
+
+
+def test_balance_off_for_consumers_not_in_mapper_and_when_flag_false():
+    td = Dock(8, 2, timeout=1)
+    _fill(td, 8, 2)
+    _round(td, "grpo_metrics", 4, balance=True)
+    assert "dp_balance/grpo_metrics/imbalance" not in td.get_metrics().metric
+    _round(td, "actor_train", 4, balance=False)
+    assert not any(k.startswith("dp_balance/") for k in td.get_metrics().metric)
+
+
+def test_not_ready_returns_none_then_serves():
+    td = Dock(4, 2, timeout=1)
+    _fill(td, 4, 2, rows=[0, 1, 2, 3])
+    assert td.get_experience("actor_train", COLS, 6, use_batch_seqlen_balance=True) == (None, None)
+    batch, idx = td.get_experience("actor_train", COLS, 4, use_batch_seqlen_balance=True)
+    assert sorted(idx) == [0, 1, 2, 3]
+
+
+def test_short_final_batch_served_when_everything_left_is_ready():
+    td = Dock(3, 2, timeout=1)
+    _fill(td, 3, 2)
+    _, first = td.get_experience("actor_train", COLS, 4)
+    _, last = td.get_experience("actor_train", COLS, 4)
+    assert len(first) == 4 and len(last) == 2
+    assert td.all_consumed("actor_train")
+
+
+def test_flops_objective_uses_workload_model():
+    model = WorkloadModel(1.0, 0.01)
+    td = Dock(8, 1, timeout=1, balance_objective="flops", workload_model=model)
+    total = _fill(td, 8, 1, seed=9)
+    shares = _round(td, "actor_train", 2, balance=True)
+    costs = model.cost(total)
+    served = np.array([costs[s].sum() for s in shares])
+    offline = balance_stats(costs, get_seqlen_balanced_partitions(costs, 4, True))
+    assert served.max() == pytest.approx(offline["max"])
+
+
+def test_explicit_indexes_wait_and_time_out_with_names():
+    td = Dock(2, 2, timeout=0.2, timeout_interval=0.01)
+    _fill(td, 2, 2, rows=[0, 1])
+    with pytest.raises(TimeoutError, match=r"consumer 'actor_train'.*'responses' rows \[2, 3\]"):
+        td.get_experience("actor_train", ["responses"], indexes=[0, 1, 2, 3])
+
+
+def test_explicit_indexes_wait_for_a_late_put():
+    td = Dock(2, 1, timeout=5, timeout_interval=0.01)
+    _fill(td, 2, 1, rows=[0])
+    timer = threading.Timer(0.1, lambda: td.put_experience({"responses": [torch.ones(3)]}, [1]))
+    timer.start()
+    batch, idx = td.get_experience("actor_train", ["responses"], indexes=[1])
+    timer.join()
+    assert idx == [1] and batch["responses"][0].numel() == 3
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda td: td.get_experience("nobody", COLS, 2), "unknown consumer 'nobody'"),
+    (lambda td: td.get_experience("actor_train", ["nope"], 2), r"unknown columns \['nope'\]"),
+    (lambda td: td.get_experience("actor_train", COLS, 0), "positive int"),
+    (lambda td: td.get_experience("actor_train", COLS, 99), "exceeds"),
+    (lambda td: td.get_experience("actor_train", COLS, 3), "multiple of n_samples_per_prompt"),
+    (lambda td: td.get_experience("actor_train", COLS, indexes=[8]), "row 8 is outside"),
+    (lambda td: td.put_experience({"responses": [torch.ones(1)] * 2}, [0]), "has 2 rows but 1 indexes"),
+    (lambda td: td.put_experience({"bogus": [torch.ones(1)]}, [0]), "unknown columns"),
+    (lambda td: td.put_experience({"response_length": [torch.ones(2)]}, [0]), "one number per row"),
+    (lambda td: td.put_experience({"responses": [torch.ones(1)]}, [-1]), "row -1 is outside"),
+    (lambda td: td.all_consumed("ghost"), "unknown consumer"),
+])
+def test_bad_input_raises_and_leaves_state_unchanged(call, match):
+    td = Dock(4, 2, timeout=1)
+    _fill(td, 4, 2)
+    before = ({k: v.clone() for k, v in td.experience_data_status.items()},
+              {k: v.clone() for k, v in td.experience_consumer_status.items()},
+              [t.clone() for t in td.experience_data["responses"]])
+    with pytest.raises(ValueError, match=match):
+        call(td)
+    assert all(torch.equal(before[0][k], td.experience_data_status[k]) for k in before[0])
+    assert all(torch.equal(before[1][k], td.experience_consumer_status[k]) for k in before[1])
+    assert all(torch.equal(a, b) for a, b in zip(before[2], td.experience_data["responses"]))
+
+
+def test_put_with_mismatched_columns_writes_nothing():
+    td = Dock(2, 1, timeout=1)
+    with pytest.raises(ValueError):
+        td.put_experience({"responses": [torch.ones(2), torch.ones(2)],
+                           "response_length": [torch.tensor([2])]}, [0, 1])
+    assert int(td.experience_data_status["responses"].sum()) == 0
+    assert td.experience_data["responses"][0] is None
+
+
+def test_clear_resets_rows_consumers_plans_and_metrics():
+    td = Dock(4, 2, timeout=1)
+    _fill(td, 4, 2)
+    _round(td, "actor_train", 4, balance=True)
+    td.clear()
+    assert not td.all_consumed("actor_train")
+    assert int(td.experience_data_status["responses"].sum()) == 0
+    assert td.get_metrics().metric == {}
+    _fill(td, 4, 2, seed=1)
+    assert len(_round(td, "actor_train", 4, balance=True)) == 2
+
+
+def test_addition_columns_and_consumers_and_put_prompts_repeat():
+    td = Dock(2, 3, addition_columns=["labels2"], addition_consumers=["critic"], timeout=1)
+    td.put_prompts_experience({"prompts": [torch.tensor([1, 2]), torch.tensor([3])],
+                               "labels2": [torch.tensor([7]), torch.tensor([8])]}, ["labels2"])
+    batch, idx = td.get_experience("critic", ["prompts", "prompt_length", "labels2"], indexes=[0, 2, 3])
+    assert [t.tolist() for t in batch["prompts"]] == [[1, 2], [1, 2], [3]]
+    assert [int(t) for t in batch["prompt_length"]] == [2, 2, 1]
+    assert [int(t) for t in batch["labels2"]] == [7, 7, 8]
+
+
+def test_constructor_errors():
+    with pytest.raises(ValueError, match="prompts_num"):
+        Dock(0, 2)
+    with pytest.raises(ValueError, match="objective"):
+        Dock(2, 2, balance_objective="speed")
+    with pytest.raises(ValueError, match="workload_model"):
+        Dock(2, 2, balance_objective="flops")
