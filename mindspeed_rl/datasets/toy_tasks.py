@@ -1,0 +1,33 @@
+"""Prompt/label generators for the toy GRPO tasks (see shared/notes/toy-tasks.md)."""
+from typing import Dict, List
+
+import torch
+
+from mindspeed_rl.models.tiny_model import BOS_ID, MAX_TOY_LENGTH, SEP_ID, length_token
+
+TASKS = ("length", "copy")
+COPY_DIGITS = 3
+
+
+def make_prompts(task: str, num_prompts: int, seed: int) -> Dict[str, List[torch.Tensor]]:
+    """Build num_prompts (prompt, label) pairs for a task; the same seed gives the same data.
+
+    length: prompt [BOS, <L>, SEP], label [L] with L uniform in 1..8.
+    copy:   prompt [BOS, d1, d2, d3, SEP], label [d1, d2, d3] with digits uniform in 0..9.
+    """
+    if task not in TASKS:
+        raise ValueError(f"unknown toy task {task!r}; known tasks: {list(TASKS)}")
+    if num_prompts < 0:
+        raise ValueError(f"num_prompts must be >= 0, got {num_prompts}")
+    gen = torch.Generator().manual_seed(seed)
+    prompts, labels = [], []
+    for _ in range(num_prompts):
+        if task == "length":
+            length = int(torch.randint(1, MAX_TOY_LENGTH + 1, (1,), generator=gen))
+            prompts.append(torch.tensor([BOS_ID, length_token(length), SEP_ID], dtype=torch.long))
+            labels.append(torch.tensor([length], dtype=torch.long))
+        else:
+            digits = torch.randint(0, 10, (COPY_DIGITS,), generator=gen, dtype=torch.long)
+            prompts.append(torch.cat([torch.tensor([BOS_ID]), digits, torch.tensor([SEP_ID])]))
+            labels.append(digits.clone())
+    return {"prompts": prompts, "labels": labels}

@@ -1,0 +1,88 @@
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from mindspeed_rl.models.device import get_device, get_dist_backend
+from mindspeed_rl.models.tiny_model import (
+    BOS_ID, EOS_ID, LEN_TOKEN_BASE, PAD_ID, SEP_ID, TOY_TOKENS,
+    build_tiny_checkpoint, build_toy_tokenizer, length_token, tiny_qwen2_config,
+)
+
+
+def test_vocabulary_layout():
+    assert len(TOY_TOKENS) == 32
+    assert TOY_TOKENS[:10] == [str(d) for d in range(10)]
+    assert TOY_TOKENS[BOS_ID] == "<bos>" and TOY_TOKENS[EOS_ID] == "<eos>"
+    assert TOY_TOKENS[PAD_ID] == "<pad>" and TOY_TOKENS[SEP_ID] == "<sep>"
+    assert TOY_TOKENS[LEN_TOKEN_BASE] == "<L1>" and TOY_TOKENS[23] == "<L8>"
+    assert TOY_TOKENS[24] == "<unused24>" and TOY_TOKENS[31] == "<unused31>"
+    assert [length_token(n) for n in (1, 8)] == [16, 23]
+    with pytest.raises(ValueError):
+        length_token(9)
+
+
+def test_config_fields_and_overrides():
+    cfg = tiny_qwen2_config()
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers) == (32, 64, 2)
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size) == (4, 2, 128)
+    assert cfg.tie_word_embeddings and cfg.max_position_embeddings == 64
+    assert (cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id) == (BOS_ID, EOS_ID, PAD_ID)
+    assert tiny_qwen2_config(num_hidden_layers=1).num_hidden_layers == 1
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt", seed=3)
+
+
+def test_tokenizer_round_trip(checkpoint):
+    tok = AutoTokenizer.from_pretrained(checkpoint)
+    assert len(tok) == 32
+    assert tok.convert_tokens_to_ids(TOY_TOKENS) == list(range(32))
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (BOS_ID, EOS_ID, PAD_ID)
+    # the reloaded tokenizer and the in-memory one agree on text with and without spaces
+    fresh = build_toy_tokenizer()
+    for text in ["<bos> <L3> <sep>", "<bos>123<sep>", "<bos> 4 5 6 <sep> 4 5 6 <eos>", "1+2="]:
+        assert tok(text).input_ids == fresh(text).input_ids
+    assert tok("<bos> <L3> <sep>").input_ids == [BOS_ID, length_token(3), SEP_ID]
+    assert tok("<bos>407<sep>").input_ids == [BOS_ID, 4, 0, 7, SEP_ID]
+    assert tok.decode([BOS_ID, 4, 0, 7, SEP_ID], skip_special_tokens=True) == "407"
+
+
+def test_model_round_trip(checkpoint):
+    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    assert model.config.model_type == "qwen2" and model.config.vocab_size == 32
+    assert model.get_input_embeddings().weight.data_ptr() == model.get_output_embeddings().weight.data_ptr()
+    ids = torch.tensor([[BOS_ID, 1, 2, 3, SEP_ID]])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    assert logits.shape == (1, 5, 32) and torch.isfinite(logits).all()
+
+
+def test_seed_controls_weights(tmp_path):
+    a = AutoModelForCausalLM.from_pretrained(build_tiny_checkpoint(tmp_path / "a", seed=1))
+    b = AutoModelForCausalLM.from_pretrained(build_tiny_checkpoint(tmp_path / "b", seed=1))
+    c = AutoModelForCausalLM.from_pretrained(build_tiny_checkpoint(tmp_path / "c", seed=2))
+    wa, wb, wc = (m.get_input_embeddings().weight for m in (a, b, c))
+    assert torch.equal(wa, wb)
+    assert not torch.equal(wa, wc)
+
+
+def test_device_helpers_on_cpu():
+    assert get_device(0).type in ("cpu", "cuda", "npu")
+    if not torch.cuda.is_available():
+        assert get_device(5) == torch.device("cpu")
+    assert get_dist_backend(torch.device("cpu")) == "gloo"
+    assert get_dist_backend(torch.device("cuda", 1)) == "nccl"
+    assert get_dist_backend("npu:3") == "hccl"
+    with pytest.raises(ValueError):
+        get_dist_backend(torch.device("meta"))
+
+
+def test_get_device_picks_accelerator_by_local_rank(monkeypatch):
+    import mindspeed_rl.models.device as device_mod
+    monkeypatch.setattr(device_mod, "_npu_count", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert get_device(6) == torch.device("cuda", 2)
+    assert get_device() == torch.device("cuda", 0)
