@@ -1,0 +1,342 @@
+"""A HuggingFace causal LM wrapped for GRPO: scoring, training with micro-batches under DDP, and sampling.
+
+Samples are (prompt, response) pairs of 1-D token tensors; the model reads prompt + response and every response
+token t is scored by the logits at t - 1. A micro-batch is a list of sample indexes run in one forward, either
+packed into one row (use_remove_padding) or right padded.
+
+Gradient contract of `compute_grads` / `train_step`: for every micro-batch loss_fn returns the SUM of its
+per-token losses; the engine back-propagates `loss_sum * dp_size / token_count` where token_count is the
+response-token count of the whole mini-batch over all data-parallel ranks. DDP averages over the dp_size ranks,
+so the final gradient is (sum of all per-token losses) / token_count whatever the split of samples over ranks
+and micro-batches. Every rank must run the same number of micro-batches (empty ones allowed).
+"""
+import contextlib
+import math
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from transformers import AutoModelForCausalLM, GenerationConfig
+
+from mindspeed_rl.models.packing import (
+    block_causal_mask,
+    pack_sequences,
+    pad_sequences,
+    response_log_probs_from_logits,
+)
+
+# loss_fn(sample_indexes, log_probs, entropies) -> (loss_sum, metrics)
+LossFn = Callable[[List[int], List[Tensor], Optional[List[Tensor]]], Tuple[Tensor, Dict[str, float]]]
+
+
+def _to_float(value) -> float:
+    # metric value (python number or 0-d tensor) -> float
+    if isinstance(value, Tensor):
+        return float(value.detach().float().mean().item())
+    return float(value)
+
+
+class CausalLMEngine:
+    """One data-parallel replica of a causal LM (actor or reference)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+        use_remove_padding: bool = False,
+        attn_implementation: Optional[str] = None,
+        trainable: bool = True,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        betas: Tuple[float, float] = (0.9, 0.999),
+        clip_grad: float = 1.0,
+        seed: int = 1234,
+        process_group=None,
+        pad_id: int = 0,
+    ):
+        torch.manual_seed(seed)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.use_remove_padding = use_remove_padding
+        self.trainable = trainable
+        self.clip_grad = clip_grad
+        self.pad_id = int(pad_id)
+        self.process_group = process_group
+
+        load_kwargs = {"dtype": dtype}
+        if attn_implementation is not None:
+            load_kwargs["attn_implementation"] = attn_implementation
+        module = AutoModelForCausalLM.from_pretrained(model_path, **load_kwargs)
+        module.to(self.device)
+        module.requires_grad_(trainable)
+        module.eval()
+        self.module = module
+        self.attn_implementation = getattr(module.config, "_attn_implementation", None) or "eager"
+
+        # wrap in DDP only when a real multi-rank group is given
+        self.model = module
+        self.is_ddp = False
+        if (
+            trainable
+            and process_group is not None
+            and dist.is_available()
+            and dist.is_initialized()
+            and dist.get_world_size(process_group) > 1
+        ):
+            device_ids = None if self.device.type == "cpu" else [self.device]
+            self.model = torch.nn.parallel.DistributedDataParallel(
+                module, device_ids=device_ids, process_group=process_group
+            )
+            self.is_ddp = True
+
+        self.optimizer = None
+        if trainable:
+            self.optimizer = torch.optim.AdamW(
+                [p for p in module.parameters() if p.requires_grad],
+                lr=lr,
+                betas=tuple(betas),
+                weight_decay=weight_decay,
+            )
+
+    # ------------------------------------------------------------------ forward helpers
+
+    @property
+    def _flash(self) -> bool:
+        # flash attention separates packed sequences from position_ids alone
+        return "flash" in str(self.attn_implementation)
+
+    def _sequences(self, prompts: Sequence[Tensor], responses: Sequence[Tensor], indexes: List[int]):
+        # prompt + response on device, with prompt and response lengths
+        seqs, p_lens, r_lens = [], [], []
+        for i in indexes:
+            p = prompts[i].reshape(-1).to(self.device, torch.long)
+            r = responses[i].reshape(-1).to(self.device, torch.long)
+            if p.numel() == 0:
+                raise ValueError(f"sample {i} has an empty prompt; a response needs a preceding token")
+            seqs.append(torch.cat([p, r]))
+            p_lens.append(p.numel())
+            r_lens.append(r.numel())
+        return seqs, p_lens, r_lens
+
+    def _micro_batch_scores(
+        self,
+        model: torch.nn.Module,
+        prompts: Sequence[Tensor],
+        responses: Sequence[Tensor],
+        indexes: List[int],
+        with_entropy: bool,
+        temperature: float,
+    ) -> Tuple[List[Tensor], Optional[List[Tensor]]]:
+        """One forward of the micro-batch; per-sample response log-probs (and entropies) in `indexes` order."""
+        seqs, p_lens, r_lens = self._sequences(prompts, responses, indexes)
+        if self.use_remove_padding:
+            input_ids, position_ids, cu_seqlens = pack_sequences(seqs)
+            kwargs = {"input_ids": input_ids, "position_ids": position_ids, "use_cache": False}
+            if not self._flash:
+                kwargs["attention_mask"] = block_causal_mask(cu_seqlens, self.dtype, self.device)
+            starts = [int(cu_seqlens[k]) + p_lens[k] for k in range(len(seqs))]
+        else:
+            input_ids, attention_mask = pad_sequences(seqs, self.pad_id)
+            width = input_ids.shape[1]
+            kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
+            starts = [k * width + p_lens[k] for k in range(len(seqs))]
+        logits = model(**kwargs).logits
+        out = response_log_probs_from_logits(
+            logits, input_ids, starts, r_lens, with_entropy=with_entropy, temperature=temperature
+        )
+        if with_entropy:
+            return out[0], out[1]
+        return out, None
+
+    def _empty_loss(self) -> Tensor:
+        # zero loss that still touches every parameter, so DDP sees a normal backward
+        ids = torch.full((1, 1), self.pad_id, dtype=torch.long, device=self.device)
+        logits = self.model(input_ids=ids, use_cache=False).logits
+        return logits.float().sum() * 0.0
+
+    # ------------------------------------------------------------------ scoring
+
+    @torch.no_grad()
+    def log_probs(
+        self,
+        prompts: List[Tensor],
+        responses: List[Tensor],
+        micro_batches: List[List[int]],
+        with_entropy: bool = False,
+        temperature: float = 1.0,
+    ) -> Tuple[List[Tensor], Optional[List[Tensor]]]:
+        """Response-token log-probs (and entropies) per sample, in the original sample order, as CPU float32.
+
+        Each non-empty micro-batch is one forward of the unwrapped module (no DDP traffic).
+        Samples not named in any micro-batch get None.
+        """
+        self.module.eval()
+        log_probs: List[Optional[Tensor]] = [None] * len(responses)
+        entropies: Optional[List[Optional[Tensor]]] = [None] * len(responses) if with_entropy else None
+        for mb in micro_batches:
+            mb = [int(i) for i in mb]
+            if not mb:
+                continue
+            lps, ents = self._micro_batch_scores(self.module, prompts, responses, mb, with_entropy, temperature)
+            for k, i in enumerate(mb):
+                log_probs[i] = lps[k].detach().cpu()
+                if with_entropy:
+                    entropies[i] = ents[k].detach().cpu()
+        return log_probs, entropies
+
+    # ------------------------------------------------------------------ training
+
+    def _trainable_params(self) -> List[torch.nn.Parameter]:
+        return [p for p in self.module.parameters() if p.requires_grad]
+
+    def zero_grad(self) -> None:
+        for p in self.module.parameters():
+            p.grad = None
+
+    def compute_grads(
+        self,
+        prompts: List[Tensor],
+        responses: List[Tensor],
+        micro_batches: List[List[int]],
+        loss_fn: LossFn,
+        token_count: float,
+        dp_size: int = 1,
+        with_entropy: bool = True,
+        temperature: float = 1.0,
+    ) -> Dict[str, float]:
+        """Clear grads, then forward + backward every micro-batch; grads are left in `param.grad`.
+
+        DDP all-reduces only on the last micro-batch. An empty micro-batch runs a zero loss so every rank runs
+        the same number of backward passes. Returns loss_fn's metrics averaged over the non-empty micro-batches.
+        """
+        if not self.trainable:
+            raise RuntimeError("this engine was built with trainable=False")
+        self.model.train()
+        self.zero_grad()
+        mbs = [[int(i) for i in mb] for mb in micro_batches] or [[]]
+        scale = float(dp_size) / float(token_count) if token_count > 0 else 0.0
+        sums: Dict[str, float] = {}
+        counts: Dict[str, int] = {}
+        for k, mb in enumerate(mbs):
+            last = k == len(mbs) - 1
+            sync_ctx = self.model.no_sync() if (self.is_ddp and not last) else contextlib.nullcontext()
+            with sync_ctx:
+                if mb:
+                    lps, ents = self._micro_batch_scores(
+                        self.model, prompts, responses, mb, with_entropy, temperature
+                    )
+                    loss_sum, metrics = loss_fn(mb, lps, ents)
+                    for key, value in (metrics or {}).items():
+                        sums[key] = sums.get(key, 0.0) + _to_float(value)
+                        counts[key] = counts.get(key, 0) + 1
+                else:
+                    loss_sum = self._empty_loss()
+                (loss_sum * scale).backward()
+        return {key: sums[key] / counts[key] for key in sums}
+
+    def train_step(
+        self,
+        prompts: List[Tensor],
+        responses: List[Tensor],
+        micro_batches: List[List[int]],
+        loss_fn: LossFn,
+        token_count: float,
+        dp_size: int = 1,
+        with_entropy: bool = True,
+        temperature: float = 1.0,
+    ) -> Dict[str, float]:
+        """One optimizer step over the mini-batch: compute_grads, clip, AdamW step, clear grads.
+
+        A non-finite grad norm skips the step. Adds "actor/grad_norm" and "actor/lr" to the metrics.
+        """
+        metrics = self.compute_grads(
+            prompts, responses, micro_batches, loss_fn, token_count, dp_size, with_entropy, temperature
+        )
+        params = self._trainable_params()
+        max_norm = self.clip_grad if self.clip_grad and self.clip_grad > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        self.zero_grad()
+        metrics["actor/grad_norm"] = grad_norm
+        metrics["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
+        return metrics
+
+    # ------------------------------------------------------------------ sampling
+
+    def _fork_rng(self):
+        # keep the global RNG untouched by a seeded generate
+        if self.device.type == "cpu":
+            return torch.random.fork_rng(devices=[])
+        index = self.device.index if self.device.index is not None else 0
+        return torch.random.fork_rng(devices=[index], device_type=self.device.type)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: List[Tensor],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        eos_id: Optional[int] = None,
+        pad_id: Optional[int] = None,
+        seed: Optional[int] = None,
+    ) -> List[Tensor]:
+        """Sample (greedy when temperature == 0) a response per prompt; CPU long tensors.
+
+        Each response holds the new tokens up to and including the first EOS, or max_new_tokens tokens.
+        Only the given sampling settings apply (the checkpoint's generation_config is ignored).
+        """
+        if len(prompts) == 0:
+            return []
+        pad = self.pad_id if pad_id is None else int(pad_id)
+        seqs = [p.reshape(-1).to(self.device, torch.long) for p in prompts]
+        input_ids, attention_mask = pad_sequences(seqs, pad, padding_side="left")
+        width = input_ids.shape[1]
+
+        greedy = temperature is None or temperature <= 0
+        gen_kwargs = {
+            "max_new_tokens": int(max_new_tokens),
+            "do_sample": not greedy,
+            "pad_token_id": pad,
+            "eos_token_id": eos_id,
+            "use_cache": True,
+        }
+        if not greedy:
+            gen_kwargs.update(temperature=float(temperature), top_p=float(top_p), top_k=int(top_k or 0))
+
+        self.module.eval()
+        saved_config = self.module.generation_config
+        # a blank generation config so checkpoint defaults (top_k, repetition_penalty, ...) do not leak in
+        self.module.generation_config = GenerationConfig()
+        try:
+            rng = self._fork_rng() if seed is not None else contextlib.nullcontext()
+            with rng:
+                if seed is not None:
+                    torch.manual_seed(int(seed))
+                out = self.module.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
+        finally:
+            self.module.generation_config = saved_config
+
+        new_tokens = out[:, width:].cpu()
+        results = []
+        for row in new_tokens:
+            if eos_id is not None:
+                hits = (row == int(eos_id)).nonzero()
+                if hits.numel() > 0:
+                    row = row[: int(hits[0, 0]) + 1]
+            results.append(row[: int(max_new_tokens)].clone())
+        return results
+
+    # ------------------------------------------------------------------ saving
+
+    def state_dict_for_save(self) -> Dict[str, Tensor]:
+        """State dict of the unwrapped module (no DDP `module.` prefix)."""
+        return self.module.state_dict()
+
+    def save(self, path: str) -> None:
+        """save_pretrained of the unwrapped module."""
+        self.module.save_pretrained(path)
