@@ -26,6 +26,8 @@ _HEAP_START_ITEMS = 16384
 # Inputs up to this size get the full refinement budget, larger ones less
 # (their greedy start is already close to the bound).
 _FULL_WORK_ITEMS = 8192
+# Relative distance to the lower bound at which a split counts as optimal.
+_TOL = 1e-4
 # Up to this many items (equal sizes) a bounded exact search follows.
 _EXACT_ITEMS = 16
 # Up to this many items every start is refined, above it only the best one.
@@ -198,24 +200,32 @@ def _score(w, assign, k):
 
 def _balanced_assign(w: np.ndarray, k: int, equal_size: bool) -> np.ndarray:
     """Our default: greedy (batched and heap LPT) and Karmarkar-Karp starts
-    refined by local search.
-    Small inputs refine every start and keep the best; larger ones refine only
-    the better start, which is nearly as good at half the cost. Tiny inputs
-    then get a bounded exact search."""
+    refined by local search. A start already within ``_TOL`` of the lower
+    bound ends the search early. Small inputs refine every start and keep the
+    best; larger ones refine only the better start (nearly as good at half the
+    cost). Tiny inputs then get a bounded exact search."""
     n = w.size
     lo, hi = _count_bounds(n, k, equal_size)
-    starts = [_greedy_assign(w, k)] if equal_size else []
-    if not equal_size or (n % k == 0 and n <= _HEAP_START_ITEMS):
-        starts.append(_to_assign(heapq_partition(w, k, equal_size), n))
+    target = load_lower_bound(w, k, lo) * (1.0 + _TOL)
+    makers = []
+    if equal_size:
+        makers.append(lambda: _greedy_assign(w, k))
     if (n * 8 if equal_size else n * k) <= _KK_START_LIMIT:
-        starts.append(_kk_assign(w, k, equal_size))
+        makers.append(lambda: _kk_assign(w, k, equal_size))
+    if not equal_size or (n % k == 0 and n <= _HEAP_START_ITEMS):
+        makers.insert(0 if not equal_size else len(makers), lambda: _to_assign(heapq_partition(w, k, equal_size), n))
+    starts = []
+    for make in makers:
+        starts.append(make())
+        if _score(w, starts[-1], k)[0] <= target:
+            return starts[-1]
     starts.sort(key=lambda a: _score(w, a, k))
     if n > _REFINE_ALL_LIMIT:
         starts = starts[:1]
     best, best_score = None, None
     work = int(DEFAULT_WORK * min(1.0, _FULL_WORK_ITEMS / n))
     for assign in starts:
-        refine_assignment(w, assign, k, min_count=lo, max_count=hi, work=work)
+        refine_assignment(w, assign, k, min_count=lo, max_count=hi, work=work, tol=_TOL)
         score = _score(w, assign, k)
         if best is None or score < best_score:
             best, best_score = assign, score

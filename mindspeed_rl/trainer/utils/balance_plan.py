@@ -7,13 +7,13 @@ one unit of each other. Later requests pop the remaining shares; a plan is
 rebuilt only when it is used up or the pool changed under it.
 """
 from collections import deque
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from mindspeed_rl.utils.seqlen_balancing import METHODS, balance_stats, get_seqlen_balanced_partitions
+from mindspeed_rl.utils.seqlen_balancing import METHODS, get_seqlen_balanced_partitions
 from mindspeed_rl.utils.workload import OBJECTIVES, WorkloadModel
 
 
@@ -27,25 +27,25 @@ class BalancePlanner:
         if method not in METHODS:
             raise ValueError(f"balance method must be one of {METHODS}, got {method!r}")
         self.objective, self.workload_model, self.method = objective, workload_model, method
-        self._seed = seed
+        self._rng = np.random.default_rng(seed)  # random-split baseline, seeded once
         self.reset()
 
     def reset(self):
+        """Forget every plan (a new round)."""
         self._plans: Dict[str, deque] = {}
-        self._rng = np.random.default_rng(self._seed)
 
     def drop(self, consumer: str):
         self._plans.pop(consumer, None)
 
-    def next_share(self, consumer: str, usable: Tensor, needed: int, row_lengths: Tensor, unit: int,
-                   metrics) -> Tensor:
-        """Units (rows, or groups when ``unit`` > 1) for this request."""
+    def next_share(self, consumer: str, usable: Tensor, needed: int, row_lengths: Callable[[], Tensor],
+                   unit: int, metrics) -> Tensor:
+        """Units (rows, or groups when ``unit`` > 1) for this request. The
+        dock drops a consumer's plan whenever its rows are taken another way,
+        so a stored share is always still unconsumed."""
         plan = self._plans.get(consumer)
         if plan:
-            share = plan.popleft()
-            if bool(torch.isin(share, usable).all()):
-                return share
-        plan = deque(self._make_plan(consumer, usable, needed, row_lengths, unit, metrics))
+            return plan.popleft()
+        plan = deque(self._make_plan(consumer, usable, needed, row_lengths(), unit, metrics))
         self._plans[consumer] = plan
         return plan.popleft()
 
@@ -67,16 +67,17 @@ class BalancePlanner:
 
     def _record(self, consumer, costs, parts, metrics):
         """Loads of this plan, and what a random split of the same pool gives."""
-        stats = balance_stats(costs, parts)
-        cuts = np.cumsum([len(p) for p in parts])[:-1]
-        shuffled = np.split(self._rng.permutation(costs.size), cuts)
-        random_imbalance = balance_stats(costs, shuffled)["imbalance"]
+        sizes = np.array([len(p) for p in parts])
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        loads = np.add.reduceat(costs[np.concatenate(parts).astype(np.int64)], starts)
+        random_loads = np.add.reduceat(costs[self._rng.permutation(costs.size)], starts)
+        mean = costs.sum() / len(parts)
         prefix = f"dp_balance/{consumer}"
         metrics.update(value={
-            f"{prefix}/imbalance": stats["imbalance"],
-            f"{prefix}/imbalance_random": random_imbalance,
-            f"{prefix}/max_load": stats["max"],
-            f"{prefix}/min_load": stats["min"],
-            f"{prefix}/mean_load": stats["mean"],
+            f"{prefix}/imbalance": loads.max() / mean - 1 if mean > 0 else 0.0,
+            f"{prefix}/imbalance_random": random_loads.max() / mean - 1 if mean > 0 else 0.0,
+            f"{prefix}/max_load": float(loads.max()),
+            f"{prefix}/min_load": float(loads.min()),
+            f"{prefix}/mean_load": float(mean),
             f"{prefix}/shares": float(len(parts)),
         }, cumulate=True)

@@ -184,14 +184,13 @@ class GRPOTransferDock(TransferDock):
         self.consumer_sampling_lock = {c: threading.Lock() for c in self.experience_consumers}
         self.planner = BalancePlanner(objective=balance_objective, workload_model=workload_model,
                                       method=balance_method, seed=seed)
-        self._seed = seed
+        self._generator = torch.Generator().manual_seed(seed)  # random sampling, seeded once
         self._reset_consumers()
 
     def _reset_consumers(self):
         self.experience_consumer_status = {c: torch.zeros(self.max_len, dtype=torch.int32)
                                            for c in self.experience_consumers}
         self.planner.reset()
-        self._generator = torch.Generator().manual_seed(self._seed)
 
     def _check_consumer(self, consumer: str, action: str):
         if consumer not in self.experience_consumers:
@@ -280,7 +279,7 @@ class GRPOTransferDock(TransferDock):
         """Choose rows and mark them consumed (caller holds the consumer lock)."""
         unit = self.n_samples_per_prompt if get_n_samples else 1
         needed = count // unit
-        wanted = list(columns) + (self.batch_seqlen_balance_mapper[consumer] if balance else [])
+        wanted = list(dict.fromkeys(list(columns) + (self.batch_seqlen_balance_mapper[consumer] if balance else [])))
         ready = torch.stack([self.experience_data_status[c] == 1 for c in wanted]).all(dim=0)
         fresh = self.experience_consumer_status[consumer] == 0
         ready_u = ready.view(-1, unit).all(dim=1)
@@ -291,8 +290,9 @@ class GRPOTransferDock(TransferDock):
         if usable.numel() < needed and not (0 < usable.numel() == remaining):
             return None
         if balance:
-            units = self.planner.next_share(consumer, usable, needed, self._row_lengths(), unit, self.metrics)
+            units = self.planner.next_share(consumer, usable, needed, self._row_lengths, unit, self.metrics)
         else:
+            self.planner.drop(consumer)  # rows taken outside the plan make it stale
             units = usable[torch.randperm(usable.numel(), generator=self._generator)[:needed]]
         rows = (units[:, None] * unit + torch.arange(unit)).reshape(-1)
         self.experience_consumer_status[consumer][rows] = 1

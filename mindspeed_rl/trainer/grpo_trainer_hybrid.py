@@ -1,0 +1,94 @@
+"""RayGRPOTrainer: one GRPO iteration = rollout -> reward -> advantages ->
+ref/old log-probs -> update, with every stage reading and writing the dock."""
+import time
+from typing import Dict, Iterator, List
+
+import numpy as np
+import ray
+from tqdm import tqdm
+
+from mindspeed_rl.trainer.base import RayBaseTrainer
+from mindspeed_rl.trainer.utils.compute_utils import (compute_advantage, compute_grpo_data_metrics,
+                                                      compute_rule_reward)
+from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+from mindspeed_rl.utils.loggers import MetricsLogger
+
+
+def rank_timing_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
+    """Per-rank stage times and tokens from the workers, plus max/min over ranks
+    (the step waits for the slowest rank)."""
+    out = {}
+    for key in sorted({k for r in results for k in r if k.startswith(("timing/", "tokens/"))}):
+        values = [r[key] for r in results if key in r]
+        for r in results:
+            if key in r:
+                out[f"{key}/rank{int(r['rank'])}"] = r[key]
+        out[f"{key}/max"], out[f"{key}/min"] = max(values), min(values)
+    return out
+
+
+class RayGRPOTrainer(RayBaseTrainer):
+    def __init__(self, actor_worker, ref_worker=None, reward_list=None, dock_kwargs=None,
+                 logger: MetricsLogger = None, epochs: int = 1, mini_batch_size: int = None, **kwargs):
+        super().__init__(actor_worker, ref_worker or actor_worker, reward_list, **kwargs)
+        self.dock_kwargs = dock_kwargs or {}
+        self.logger = logger or MetricsLogger()
+        self.total_rows = self.global_batch_size * self.n_samples_per_prompt
+        mini = mini_batch_size or self.total_rows
+        self.skip_actor_log_prob = mini == self.total_rows and epochs == 1
+        self.history: List[Dict[str, float]] = []
+        self.transfer_dock = None
+        self.transfer_dock_init()
+
+    def transfer_dock_init(self):
+        self.transfer_dock = GRPOTransferDock.remote(self.global_batch_size, self.n_samples_per_prompt,
+                                                     addition_columns=self.dataset_additional_keys,
+                                                     **self.dock_kwargs)
+        self.actor_worker.sync_init_transfer_dock(self.transfer_dock)
+
+    def fit(self, data_iters: Iterator[dict]) -> List[Dict[str, float]]:
+        td = self.transfer_dock
+        bar = tqdm(range(1, self.train_iters + 1), desc="GRPO", disable=None)
+        for iteration in bar:
+            start = time.perf_counter()
+            ray.get(td.clear.remote())
+            ray.get(td.put_prompts_experience.remote(next(data_iters), self.dataset_additional_keys))
+            results = []
+            results += self.actor_worker.generate_sequences(blocking=True)
+            metrics = {}
+            for reward in self.reward_list:
+                metrics.update(compute_rule_reward(td, reward, self.total_rows))
+            compute_advantage(td, self.n_samples_per_prompt, self.total_rows, self.adv_estimator)
+            if self.kl_ctrl.value > 0:
+                results += self.ref_worker.compute_ref_log_prob(blocking=True)
+            if not self.skip_actor_log_prob:
+                results += self.actor_worker.compute_log_prob(blocking=True)
+            updates = self.actor_worker.update(self.kl_ctrl.value, self.skip_actor_log_prob)
+            results += updates
+            metrics.update({k: float(np.mean([u[k] for u in updates])) for k in updates[0]
+                            if k.startswith("actor/")})
+            metrics.update(rank_timing_metrics(results))
+            metrics.update(compute_grpo_data_metrics(td, self.total_rows))
+            metrics.update(ray.get(td.get_metrics.remote()).compute())
+            metrics["timing/iteration"] = time.perf_counter() - start
+            self.kl_ctrl.update(metrics.get("actor/kl", 0.0), self.total_rows)
+            self.history.append(metrics)
+            self.logger.log(iteration, metrics, self._summary(iteration, metrics))
+            bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
+            if self.save_interval and iteration % self.save_interval == 0 and self.kwargs.get("save_dir"):
+                self.actor_worker.save_checkpoint(self.kwargs["save_dir"])
+        return self.history
+
+    @staticmethod
+    def _summary(iteration: int, m: Dict[str, float]) -> str:
+        def get(key, fmt="{:.3f}"):
+            return fmt.format(m[key]) if key in m else "-"
+        balance = " ".join(
+            f"{stage}:imb={get(f'dp_balance/{stage}/imbalance', '{:.2%}')}"
+            f"(random {get(f'dp_balance/{stage}/imbalance_random', '{:.2%}')})"
+            for stage in ("ref_log_prob", "actor_log_prob", "actor_train")
+            if f"dp_balance/{stage}/imbalance" in m)
+        return (f"iter {iteration}: reward={get('reward/mean')} resp_len={get('response_length/mean', '{:.2f}')} "
+                f"loss={get('actor/pg_loss', '{:.4f}')} kl={get('actor/kl', '{:.4f}')} "
+                f"update max/min rank s={get('timing/update/max', '{:.2f}')}/{get('timing/update/min', '{:.2f}')} "
+                f"{balance}")

@@ -1,0 +1,120 @@
+"""RayActorGroup: one Ray actor per rank in a placement group, driven together."""
+from typing import Any, Dict, List, Optional, Type
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from mindspeed_rl.workers.base_worker import BaseWorker
+
+
+def _accelerator() -> Optional[str]:
+    resources = ray.cluster_resources()
+    for name in ("NPU", "GPU"):
+        if resources.get(name, 0) >= 1:
+            return name
+    return None
+
+
+class RayActorGroup:
+    def __init__(self, worker: Type[BaseWorker], megatron_config, rl_config, generate_config,
+                 num_npus: Optional[int] = None, num_cpus_per_worker: Optional[float] = None,
+                 timeout: Optional[float] = None, **kwargs):
+        self.worker = worker
+        self.megatron_config, self.rl_config, self.generate_config = megatron_config, rl_config, generate_config
+        self.world_size = int(num_npus or rl_config.actor_resource["num_npus"] or 1)
+        self.timeout = timeout or rl_config.td_timeout
+        accel = _accelerator()
+        cpus = num_cpus_per_worker if num_cpus_per_worker is not None else (1 if accel else 0.5)
+        bundle = {"CPU": cpus, **({accel: 1} if accel else {})}
+        self.placement_group = placement_group([dict(bundle) for _ in range(self.world_size)], strategy="PACK")
+        ray.get(self.placement_group.ready(), timeout=self.timeout)
+        remote_cls = ray.remote(worker)
+        self.actors = []
+        for rank in range(self.world_size):
+            options = dict(num_cpus=cpus, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                self.placement_group, placement_group_bundle_index=rank))
+            if accel == "GPU":
+                options["num_gpus"] = 1
+            elif accel:
+                options["resources"] = {accel: 1}
+            self.actors.append(remote_cls.options(**options).remote(
+                megatron_config, rl_config, generate_config, rank=rank, world_size=self.world_size, **kwargs))
+        addr, port = self._wait([self.actors[0].get_master_addr_port.remote()], "get_master_addr_port")[0]
+        self.execute_sync_command("init_distributed", addr, port)
+        self._pending: List[ray.ObjectRef] = []
+
+    # ------------------------------------------------------------ running commands
+
+    def _wait(self, refs: List[ray.ObjectRef], name: str) -> List[Any]:
+        """Results in rank order; the first failing rank ends the group with a
+        clear error instead of leaving the others blocked in a collective."""
+        index = {ref: i for i, ref in enumerate(refs)}
+        results: Dict[int, Any] = {}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=self.timeout + 120)
+            if not ready:
+                self.kill()
+                raise TimeoutError(f"worker group: '{name}' did not finish within {self.timeout + 120:g}s")
+            ref = ready[0]
+            try:
+                results[index[ref]] = ray.get(ref)
+            except Exception as err:  # a rank died or raised
+                self.kill()
+                raise RuntimeError(f"worker rank {index[ref]} failed in '{name}': {err}") from err
+        return [results[i] for i in range(len(refs))]
+
+    def execute_async_command(self, method_name: str, *args, **kwargs) -> List[ray.ObjectRef]:
+        refs = [getattr(actor, method_name).remote(*args, **kwargs) for actor in self.actors]
+        self._pending.extend(refs)
+        return refs
+
+    def execute_sync_command(self, method_name: str, *args, **kwargs) -> List[Any]:
+        return self._wait([getattr(a, method_name).remote(*args, **kwargs) for a in self.actors], method_name)
+
+    def wait_all_ref_objs_run_over(self) -> List[Any]:
+        refs, self._pending = self._pending, []
+        return self._wait(refs, "pending commands") if refs else []
+
+    def _stage(self, name: str, blocking: bool, *args):
+        if blocking:
+            return self.execute_sync_command(name, *args)
+        self.execute_async_command(name, *args)
+        return None
+
+    # ------------------------------------------------------------ upstream-named stages
+
+    def sync_init_transfer_dock(self, transfer_dock, mm_transfer_dock=None):
+        self.execute_sync_command("init_transfer_dock", transfer_dock)
+
+    def initialize(self, *args):
+        return self.execute_sync_command("initialize", *args)
+
+    def generate_sequences(self, blocking: bool = True):
+        return self._stage("generate_sequences", blocking)
+
+    def compute_ref_log_prob(self, blocking: bool = True):
+        return self._stage("compute_ref_log_prob", blocking)
+
+    def compute_log_prob(self, blocking: bool = True):
+        return self._stage("compute_log_prob", blocking)
+
+    def update(self, kl_coef: float, skip_actor_log_prob: bool):
+        return self.execute_sync_command("update", kl_coef, skip_actor_log_prob)
+
+    def save_checkpoint(self, path: str):
+        return self.execute_sync_command("save_checkpoint", path)[0]
+
+    def kill(self):
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        self.actors = []
+        remove_placement_group(self.placement_group)
+
+    def shutdown(self):
+        if self.actors:
+            try:
+                self.execute_sync_command("shutdown")
+            finally:
+                self.kill()

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Tiny GRPO with DP batch balance on a local Ray, on CPU: 2 data-parallel
+# ranks, a random-init Qwen2-shaped model, the toy 'length' task. Sets itself
+# up on a fresh machine (CPU torch, then the package), exits non-zero on any
+# failure. Extra arguments are config overrides, e.g. megatron_training.train_iters=8
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PYTHON:-python3}
+if ! "$PY" -c "import torch" 2>/dev/null; then
+    "$PY" -m pip install --quiet torch==2.13.0
+fi
+if ! "$PY" -c "import mindspeed_rl, ray, transformers" 2>/dev/null; then
+    "$PY" -m pip install --quiet -e .
+fi
+OUT=${OUT_DIR:-$(mktemp -d /tmp/msrl_grpo_XXXX)}
+echo "run folder: $OUT"
+"$PY" cli/train_grpo.py --config configs/grpo_tiny_cpu.yaml --tiny-model-dir "$OUT/tiny_model" \
+    --output-dir "$OUT" "$@"
