@@ -1,0 +1,74 @@
+"""RayActorGroup: ranks wired into one process group; a failing rank ends the run with a clear error."""
+import time
+
+import pytest
+import ray
+import torch.distributed as dist
+
+from mindspeed_rl.config_cls.megatron_config import MegatronConfig
+from mindspeed_rl.config_cls.rl_config import RLConfig
+from mindspeed_rl.utils.dist_sync import all_reduce_scalar
+from mindspeed_rl.utils.ray_utils import init_ray
+from mindspeed_rl.workers.base_worker import BaseWorker
+from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    started = init_ray(num_cpus=2)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def _configs(world=2, tp=1, timeout=30.0):
+    actor = MegatronConfig({"tensor_model_parallel_size": tp}, {})
+    rl = RLConfig({"td_timeout": timeout, "actor_resource": {"num_npus": world}})
+    return actor, rl
+
+
+def test_group_ranks_and_layout(local_ray):
+    class Probe(BaseWorker):
+        def layout(self):
+            ps = self.parallel_state
+            total = all_reduce_scalar(float(self.rank), "sum", None)
+            return ps.tp_rank, ps.dp_rank, ps.tp_src, total
+
+    actor, rl = _configs(world=4, tp=2)
+    group = RayActorGroup(Probe, actor, rl, None, num_cpus_per_worker=0.25)
+    try:
+        rows = group.execute_sync_command("layout")
+    finally:
+        group.shutdown()
+    assert rows == [(0, 0, 0, 6.0), (1, 0, 0, 6.0), (0, 1, 2, 6.0), (1, 1, 2, 6.0)]
+
+
+def test_failing_rank_ends_group_instead_of_hanging(local_ray):
+    class Flaky(BaseWorker):
+        def step(self):
+            if self.rank == 1:
+                raise ValueError("boom on purpose")
+            dist.barrier()  # rank 0 would wait for rank 1 forever
+            return self.rank
+
+    actor, rl = _configs(world=2, timeout=30.0)
+    group = RayActorGroup(Flaky, actor, rl, None, num_cpus_per_worker=0.25)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"(?s)worker rank 1 failed in 'step'.*boom on purpose"):
+        group.execute_sync_command("step")
+    assert time.monotonic() - start < 30
+    assert group.actors == []  # the group was torn down
+
+
+def test_dead_worker_is_reported(local_ray):
+    class Crasher(BaseWorker):
+        def step(self):
+            if self.rank == 0:
+                import os
+                os._exit(1)
+            dist.barrier()
+
+    actor, rl = _configs(world=2, timeout=30.0)
+    group = RayActorGroup(Crasher, actor, rl, None, num_cpus_per_worker=0.25)
+    with pytest.raises(RuntimeError, match="worker rank 0 failed in 'step'"):
+        group.execute_sync_command("step")
