@@ -70,6 +70,7 @@ class RayGRPOTrainer(RayBaseTrainer):
             metrics.update(rank_timing_metrics(results))
             metrics.update(compute_grpo_data_metrics(td, self.total_rows))
             metrics.update(ray.get(td.get_metrics.remote()).compute())
+            self.logger.log_balance(iteration, ray.get(td.get_balance_history.remote()))
             metrics["timing/iteration"] = time.perf_counter() - start
             self.kl_ctrl.update(metrics.get("actor/kl", 0.0), self.total_rows)
             self.history.append(metrics)

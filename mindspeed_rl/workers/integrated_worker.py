@@ -140,7 +140,7 @@ class IntegratedWorker(BaseWorker):
                              entropy_coeff=rl.entropy_coeff, token_count=1.0)
 
         return self.actor.train_step(batch["prompts"], batch["responses"], parts, loss_fn, token_count,
-                                     dp_size=self.parallel_state.dp_size)
+                                     dp_size=self.parallel_state.dp_size, with_entropy=rl.entropy_coeff > 0)
 
     # ------------------------------------------------------------ misc
 

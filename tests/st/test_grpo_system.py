@@ -34,6 +34,11 @@ def test_dp2_balance_on_runs_and_logs_balance(tiny_model, tmp_path):
     assert ours < rand
     rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
     assert [r["iteration"] for r in rows] == [1, 2]
+    plans = [json.loads(line) for line in open(tmp_path / "balance.jsonl")]
+    assert {p["consumer"] for p in plans} == set(stages)
+    for p in plans:
+        assert len(p["loads"]) == len(p["random_loads"]) == len(p["sizes"]) >= 2
+        assert sum(p["loads"]) == pytest.approx(sum(p["random_loads"]))
 
 
 def test_tensor_parallel_group_of_two_shares_one_dock_stream(tiny_model, tmp_path):

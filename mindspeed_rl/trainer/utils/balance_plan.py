@@ -28,11 +28,17 @@ class BalancePlanner:
             raise ValueError(f"balance method must be one of {METHODS}, got {method!r}")
         self.objective, self.workload_model, self.method = objective, workload_model, method
         self._rng = np.random.default_rng(seed)  # random-split baseline, seeded once
+        self.history = []  # per plan: consumer, per-share loads (ours and random), sizes
         self.reset()
 
     def reset(self):
         """Forget every plan (a new round)."""
         self._plans: Dict[str, deque] = {}
+
+    def pop_history(self):
+        """Plans recorded since the last call (for reports), oldest first."""
+        out, self.history = self.history, []
+        return out
 
     def drop(self, consumer: str):
         self._plans.pop(consumer, None)
@@ -72,6 +78,8 @@ class BalancePlanner:
         loads = np.add.reduceat(costs[np.concatenate(parts).astype(np.int64)], starts)
         random_loads = np.add.reduceat(costs[self._rng.permutation(costs.size)], starts)
         mean = costs.sum() / len(parts)
+        self.history.append({"consumer": consumer, "objective": self.objective, "loads": loads.tolist(),
+                             "random_loads": random_loads.tolist(), "sizes": sizes.tolist()})
         prefix = f"dp_balance/{consumer}"
         metrics.update(value={
             f"{prefix}/imbalance": loads.max() / mean - 1 if mean > 0 else 0.0,

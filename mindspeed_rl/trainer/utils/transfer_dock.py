@@ -204,6 +204,10 @@ class GRPOTransferDock(TransferDock):
     def update_metrics(self, key="", value=None, cumulate=False):
         self.metrics.update(key, value, cumulate=cumulate)
 
+    def get_balance_history(self):
+        """Per-share loads of every balance plan since the last call."""
+        return self.planner.pop_history()
+
     # ------------------------------------------------------------ put
 
     def put_experience(self, data_dict: Dict[str, Union[Tensor, List[Tensor]]], indexes: List[int] = None):
