@@ -61,7 +61,7 @@ class IntegratedWorker(BaseWorker):
     def generate_sequences(self) -> Dict[str, float]:
         start = time.perf_counter()
         sampling = self.generate_config.sampling_config
-        count = self.rl_config.actor_rollout_dispatch_size or self.rl_config.n_samples_per_prompt
+        count = self.rl_config.actor_rollout_dispatch_size or self._dispatch(None, whole_groups=False)
         for batch, index in self.iterate_stage("actor_rollout", ["prompts"], count, get_n_samples=False):
             seed = self.rl_config.seed + 7919 * self.parallel_state.dp_rank + self._generate_calls
             self._generate_calls += 1
@@ -94,10 +94,14 @@ class IntegratedWorker(BaseWorker):
         return self._log_prob_stage("actor_log_prob", self.actor, "old_log_prob",
                                     self._dispatch(rl.actor_logprob_dispatch_size), rl.actor_forward_micro_batch_size)
 
-    def _dispatch(self, size):
-        """Rows per request: the config value, else this rank's share of the batch."""
-        total = self.megatron_config.global_batch_size * self.rl_config.n_samples_per_prompt
-        return size or total // self.parallel_state.dp_size
+    def _dispatch(self, size, whole_groups: bool = True):
+        """Rows per request: the config value, else this rank's share of the
+        batch (rounded up to whole GRPO groups when groups stay together)."""
+        if size:
+            return size
+        n, dp = self.rl_config.n_samples_per_prompt, self.parallel_state.dp_size
+        prompts = self.megatron_config.global_batch_size
+        return -(-prompts // dp) * n if whole_groups else -(-prompts * n // dp)
 
     def update(self, kl_coef: float, skip_actor_log_prob: bool) -> Dict[str, float]:
         """GRPO update: this rank's mini-batches (balanced shares from the dock),

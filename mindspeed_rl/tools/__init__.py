@@ -1,0 +1,1 @@
+"""Command-line tools (reports) built on the mindspeed_rl library."""
