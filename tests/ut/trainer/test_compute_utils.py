@@ -1,0 +1,34 @@
+import pytest
+
+from mindspeed_rl.trainer.base import RayBaseTrainer
+from mindspeed_rl.trainer.grpo_trainer_hybrid import rank_timing_metrics
+from mindspeed_rl.trainer.utils.compute_utils import AdaptiveKLController, FixedKLController
+
+
+def test_fixed_kl_stays():
+    ctrl = FixedKLController(0.01)
+    ctrl.update(5.0, 100)
+    assert ctrl.value == 0.01
+
+
+def test_adaptive_kl_moves_towards_target_with_clipped_error():
+    ctrl = AdaptiveKLController(0.1, target_kl=1.0, horizon=100)
+    ctrl.update(3.0, 10)  # error clipped to +0.2
+    assert ctrl.value == pytest.approx(0.1 * (1 + 0.2 * 10 / 100))
+    ctrl.update(0.0, 10)  # error clipped to -0.2
+    assert ctrl.value < 0.1 * (1 + 0.2 * 10 / 100)
+    with pytest.raises(ValueError, match="kl_horizon"):
+        AdaptiveKLController(0.1, 1.0, 0)
+
+
+def test_trainer_rejects_unknown_kl_control():
+    with pytest.raises(ValueError, match="kl_ctrl_type"):
+        RayBaseTrainer(kl_ctrl_type="pid")
+
+
+def test_rank_timing_metrics_per_rank_and_extremes():
+    out = rank_timing_metrics([{"timing/update": 2.0, "tokens/update": 10.0, "rank": 0.0},
+                               {"timing/update": 3.0, "tokens/update": 12.0, "rank": 1.0}])
+    assert out["timing/update/rank1"] == 3.0
+    assert out["timing/update/max"] == 3.0 and out["timing/update/min"] == 2.0
+    assert out["tokens/update/max"] == 12.0
