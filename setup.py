@@ -11,4 +11,5 @@ setup(
     python_requires=">=3.9",
     install_requires=requirements,
     extras_require={"test": ["pytest>=7", "hypothesis>=6"]},
+    entry_points={"console_scripts": ["msrl-balance-report = mindspeed_rl.tools.balance_report:main"]},
 )
