@@ -209,7 +209,7 @@ def split_groups(group_weights, k: int, method: str, seed: int = 0) -> List[List
 
 def simulate_step_time(lengths, k: int, method: str, n_samples: int, model: CostModel,
                        max_token_len: Optional[int] = None, seed: int = 0,
-                       objective: str = "tokens") -> Dict[str, object]:
+                       objective: str = "tokens", sync_micro_batches: bool = False) -> Dict[str, object]:
     """Predicted DP step time of one GRPO batch split over ``k`` ranks.
 
     ``lengths``: tokens per sample, a prompt's ``n_samples`` samples consecutive.
@@ -217,9 +217,11 @@ def simulate_step_time(lengths, k: int, method: str, n_samples: int, model: Cost
     (``objective="tokens"``, the dock's default) or by the model's per-sample
     cost (``"cost"``, the flops-style objective). Each rank's samples form
     micro-batches by ``rearrange_micro_batches(…, max_token_len)``, or one per
-    sample without ``max_token_len``. Returns ``step`` (slowest rank),
+    sample without ``max_token_len``; ``sync_micro_batches`` gives every rank
+    the largest count (as the update stage syncs it over DP). Returns ``step`` (slowest rank),
     ``ideal`` (the split's total predicted cost / k), ``ratio`` = step / ideal,
-    ``rank_costs``, ``micro_batches`` per rank and the ``partition`` of groups.
+    ``rank_costs``, ``micro_batches`` (count per rank), ``micro_batch_lengths``
+    (per rank, per micro-batch) and the ``partition`` of groups.
     """
     lens = _check_lengths(lengths, "lengths")
     if lens.size == 0:
@@ -235,17 +237,19 @@ def simulate_step_time(lengths, k: int, method: str, n_samples: int, model: Cost
     groups = lens.reshape(-1, n_samples)
     per_sample = groups if objective == "tokens" else model.sample_cost(lens).reshape(-1, n_samples)
     parts = split_groups(per_sample.sum(axis=1), k, method, seed)
-    costs, counts = [], []
-    for part in parts:
-        rank_lens = groups[np.asarray(part, dtype=np.int64)].reshape(-1)
-        if max_token_len is None:
-            mbs = [[x] for x in rank_lens.tolist()]
-        else:
-            mbs = [rank_lens[np.asarray(p, dtype=np.int64)].tolist()
-                   for p in rearrange_micro_batches(rank_lens, max_token_len)]
-        costs.append(model.micro_batch_cost(mbs))
-        counts.append(len(mbs))
-    costs_arr = np.asarray(costs)
+    rank_lens = [groups[np.asarray(p, dtype=np.int64)].reshape(-1) for p in parts]
+    if max_token_len is None:
+        rank_mbs = [[[x] for x in r.tolist()] for r in rank_lens]
+    else:
+        rank_parts = [rearrange_micro_batches(r, max_token_len) for r in rank_lens]
+        if sync_micro_batches:
+            count = max(len(p) for p in rank_parts)
+            rank_parts = [p if len(p) == count else rearrange_micro_batches(r, max_token_len, count)
+                          for r, p in zip(rank_lens, rank_parts)]
+        rank_mbs = [[r[np.asarray(p, dtype=np.int64)].tolist() for p in ps] for r, ps in zip(rank_lens, rank_parts)]
+    costs_arr = np.array([model.micro_batch_cost(mbs) for mbs in rank_mbs])
+    counts = [len(mbs) for mbs in rank_mbs]
     step, ideal = float(costs_arr.max()), float(costs_arr.sum() / k)
     return {"step": step, "ideal": ideal, "ratio": step / ideal if ideal > 0 else 1.0,
-            "rank_costs": costs_arr.tolist(), "micro_batches": counts, "partition": parts}
+            "rank_costs": costs_arr.tolist(), "micro_batches": counts, "partition": parts,
+            "micro_batch_lengths": rank_mbs}
