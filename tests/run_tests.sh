@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the tests need (CPU torch first), then runs the unit and system tests.
+# Installs what the tests need (CPU torch first), then runs the unit, system and patch-file tests.
 # Extra arguments go to pytest, e.g. `bash tests/run_tests.sh -k balancing`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,4 +8,4 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
     "$PY" -m pip install --quiet torch==2.13.0
 fi
 "$PY" -m pip install --quiet -e ".[test]"
-exec "$PY" -m pytest tests/ut tests/st "$@"
+exec "$PY" -m pytest tests/ut tests/st patches/tests "$@"
