@@ -1,4 +1,5 @@
 """Actor, reference and rollout in one worker (upstream's integrated mode)."""
+import importlib.util
 import time
 from typing import Dict, List
 
@@ -24,7 +25,7 @@ class IntegratedWorker(BaseWorker):
         cfg, rl = self.megatron_config, self.rl_config
         dtype = torch.bfloat16 if cfg.bf16 and self.device.type != "cpu" else torch.float32
         common = dict(device=self.device, dtype=dtype, use_remove_padding=rl.use_remove_padding,
-                      seed=rl.seed, pad_id=pad_id)
+                      seed=rl.seed, pad_id=pad_id, attn_implementation=self._attention())
         self.actor = CausalLMEngine(model_path, trainable=True, lr=cfg.lr, weight_decay=cfg.weight_decay,
                                     betas=(cfg.adam_beta1, cfg.adam_beta2), clip_grad=cfg.clip_grad,
                                     process_group=self.parallel_state.dp_group, **common)
@@ -32,6 +33,12 @@ class IntegratedWorker(BaseWorker):
         self.eos_id, self.pad_id = eos_id, pad_id
         self._generate_calls = 0
         return self.rank
+
+    def _attention(self):
+        """flash_attention_2 on CUDA when asked for (use_flash_attn) and installed; else the HF default."""
+        if not (self.megatron_config.use_flash_attn and self.device.type == "cuda"):
+            return None
+        return "flash_attention_2" if importlib.util.find_spec("flash_attn") else None
 
     def _needs_ref(self) -> bool:
         return self.rl_config.init_kl_coef > 0
@@ -80,7 +87,8 @@ class IntegratedWorker(BaseWorker):
             lengths = _lengths(batch)
             tokens += sum(lengths)
             parts = self._micro_batches(lengths, forward_mbs, sync=False)
-            log_probs, _ = engine.log_probs(batch["prompts"], batch["responses"], parts)
+            log_probs, _ = engine.log_probs(batch["prompts"], batch["responses"], parts,
+                                            temperature=self._temperature())
             self.collect_transfer_dock_data({out_column: log_probs}, index)
         return self._timing(stage, start, tokens)
 
@@ -144,9 +152,15 @@ class IntegratedWorker(BaseWorker):
                              entropy_coeff=rl.entropy_coeff, token_count=1.0)
 
         return self.actor.train_step(batch["prompts"], batch["responses"], parts, loss_fn, token_count,
-                                     dp_size=self.parallel_state.dp_size, with_entropy=rl.entropy_coeff > 0)
+                                     dp_size=self.parallel_state.dp_size, with_entropy=rl.entropy_coeff > 0,
+                                     temperature=self._temperature())
 
     # ------------------------------------------------------------ misc
+
+    def _temperature(self) -> float:
+        """Log-probs use the sampling temperature, so ratios compare like with like."""
+        temperature = self.generate_config.sampling_config["temperature"]
+        return float(temperature) if temperature and temperature > 0 else 1.0
 
     def _timing(self, stage: str, start: float, tokens: int = 0) -> Dict[str, float]:
         return {f"timing/{stage}": time.perf_counter() - start, f"tokens/{stage}": float(tokens),
