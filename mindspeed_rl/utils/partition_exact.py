@@ -35,6 +35,9 @@ def exact_equal_partition(weights, k: int, upper: float, node_limit: int = 20_00
             return
         head, tail = rest[0], rest[1:]  # the largest item opens the next group
         for comb in itertools.combinations(tail, size - 1):
+            nodes[0] += 1  # every candidate group counts against the budget
+            if nodes[0] > node_limit:
+                return
             load = values[head] + sum(values[j] for j in comb)
             if load >= best["load"]:
                 continue

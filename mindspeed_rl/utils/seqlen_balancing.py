@@ -29,7 +29,7 @@ _FULL_WORK_ITEMS = 8192
 # Relative distance to the lower bound at which a split counts as optimal.
 _TOL = 1e-4
 # Up to this many items (equal sizes) a bounded exact search follows.
-_EXACT_ITEMS = 16
+_EXACT_ITEMS = 24
 # Up to this many items every start is refined, above it only the best one.
 _REFINE_ALL_LIMIT = 512
 
