@@ -70,7 +70,8 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
             kl_ctrl_type=rl.kl_ctrl_type, kl_horizon=rl.kl_horizon, kl_target=rl.kl_target,
             init_kl_coef=rl.init_kl_coef, global_batch_size=actor.global_batch_size,
             n_samples_per_prompt=rl.n_samples_per_prompt, dataset_additional_keys=["labels"],
-            blocking=rl.blocking, use_dp_batch_balance=rl.use_dp_batch_balance)
+            blocking=rl.blocking, use_dp_batch_balance=rl.use_dp_batch_balance,
+            max_prompt_length=rl.max_prompt_length)
         return trainer.fit(prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer))
     finally:
         logger.close()

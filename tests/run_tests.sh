@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the tests need (CPU torch first), then runs the unit, system and patch-file tests.
+# Installs what the tests need (torch 2.13.0 first: the machine's CPU wheel where one is provided), then runs the unit, system and patch-file tests.
 # Extra arguments go to pytest, e.g. `bash tests/run_tests.sh -k balancing`.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -88,10 +88,13 @@ def _check_batches(actor_config, rl_config, dp):
             f"divisible by rl_config.mini_batch_size={mini} (in samples)")
     if dp is None:
         return
-    # Every DP rank trains on an equal, whole share of each mini-batch.
+    # Every DP rank trains on an equal share of whole GRPO groups.
     if mini % dp != 0:
         raise ValueError(f"rl_config.mini_batch_size={mini} (in samples) must be "
                          f"divisible by the data parallel size {dp}")
+    if (mini // dp) % n != 0:
+        raise ValueError(f"rl_config.mini_batch_size // data parallel size = {mini // dp} samples must be "
+                         f"whole GRPO groups (a multiple of n_samples_per_prompt={n})")
     if not rl_config.use_dynamic_bsz and (mini // dp) % actor_config.micro_batch_size != 0:
         raise ValueError(
             f"rl_config.mini_batch_size // data parallel size = {mini // dp} must be "
@@ -109,6 +112,7 @@ def _fill_dispatch_sizes(rl_config, total, dp, ref_dp, gen_dp, reward_dp):
     }
     if not rl_config.use_integrated_worker:
         defaults["actor_update_dispatch_size"] = total // dp if dp else None
+    grouped = ("actor_logprob_dispatch_size", "ref_dispatch_size", "actor_update_dispatch_size")
     for field, default in defaults.items():
         value = getattr(rl_config, field)
         if value is None:
@@ -120,6 +124,9 @@ def _fill_dispatch_sizes(rl_config, total, dp, ref_dp, gen_dp, reward_dp):
         if total % value != 0:
             raise ValueError(f"rl_config.{field}={value} must divide global_batch_size * "
                              f"n_samples_per_prompt = {total}")
+        if field in grouped and value % rl_config.n_samples_per_prompt != 0:
+            raise ValueError(f"rl_config.{field}={value} must be whole GRPO groups (a multiple of "
+                             f"n_samples_per_prompt={rl_config.n_samples_per_prompt})")
 
 
 def validate_rl_args(actor_config, ref_config, reward_config, rl_config,
@@ -180,3 +187,9 @@ def validate_rl_args(actor_config, ref_config, reward_config, rl_config,
         generate_config.data_parallel_size = gen_dp
 
     _fill_dispatch_sizes(rl_config, total, dp, ref_dp, gen_dp, reward_dp)
+    if rl_config.use_dynamic_bsz:
+        longest = rl_config.max_prompt_length + generate_config.sampling_config["max_tokens"]
+        if rl_config.max_packing_token_size < longest:
+            raise ValueError(
+                f"rl_config.max_packing_token_size={rl_config.max_packing_token_size} is below the longest "
+                f"possible sequence max_prompt_length + sampling_config.max_tokens = {longest}")

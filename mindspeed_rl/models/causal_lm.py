@@ -55,8 +55,13 @@ class CausalLMEngine:
         seed: int = 1234,
         process_group=None,
         pad_id: int = 0,
+        autocast_dtype: Optional[torch.dtype] = None,
     ):
+        """``dtype`` is the weights' dtype; ``autocast_dtype`` (e.g. bf16 with
+        fp32 weights) runs forwards in lower precision while the optimizer
+        updates full-precision weights, so small updates are not rounded away."""
         torch.manual_seed(seed)
+        self.autocast_dtype = autocast_dtype
         self.device = torch.device(device)
         self.dtype = dtype
         self.use_remove_padding = use_remove_padding
@@ -102,6 +107,11 @@ class CausalLMEngine:
 
     # ------------------------------------------------------------------ forward helpers
 
+    def _autocast(self):
+        if self.autocast_dtype is None or self.autocast_dtype == self.dtype:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
     @property
     def _flash(self) -> bool:
         # flash attention separates packed sequences from position_ids alone
@@ -142,7 +152,8 @@ class CausalLMEngine:
             width = input_ids.shape[1]
             kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
             starts = [k * width + p_lens[k] for k in range(len(seqs))]
-        logits = model(**kwargs).logits
+        with self._autocast():
+            logits = model(**kwargs).logits
         out = response_log_probs_from_logits(
             logits, input_ids, starts, r_lens, with_entropy=with_entropy, temperature=temperature
         )
@@ -153,7 +164,8 @@ class CausalLMEngine:
     def _empty_loss(self) -> Tensor:
         # zero loss that still touches every parameter, so DDP sees a normal backward
         ids = torch.full((1, 1), self.pad_id, dtype=torch.long, device=self.device)
-        logits = self.model(input_ids=ids, use_cache=False).logits
+        with self._autocast():
+            logits = self.model(input_ids=ids, use_cache=False).logits
         return logits.float().sum() * 0.0
 
     # ------------------------------------------------------------------ scoring
@@ -314,7 +326,7 @@ class CausalLMEngine:
         self.module.generation_config = GenerationConfig()
         try:
             rng = self._fork_rng() if seed is not None else contextlib.nullcontext()
-            with rng:
+            with rng, self._autocast():
                 if seed is not None:
                     torch.manual_seed(int(seed))
                 out = self.module.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)

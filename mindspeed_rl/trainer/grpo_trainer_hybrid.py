@@ -36,6 +36,8 @@ class RayGRPOTrainer(RayBaseTrainer):
         self.total_rows = self.global_batch_size * self.n_samples_per_prompt
         mini = mini_batch_size or self.total_rows
         self.skip_actor_log_prob = mini == self.total_rows and epochs == 1
+        # workers build a reference model when the initial KL coefficient is positive
+        self.uses_reference = self.kl_ctrl.value > 0
         self.history: List[Dict[str, float]] = []
         self.transfer_dock = None
         self.transfer_dock_init()
@@ -52,14 +54,14 @@ class RayGRPOTrainer(RayBaseTrainer):
         for iteration in bar:
             start = time.perf_counter()
             ray.get(td.clear.remote())
-            ray.get(td.put_prompts_experience.remote(next(data_iters), self.dataset_additional_keys))
+            ray.get(td.put_prompts_experience.remote(self._checked(next(data_iters)), self.dataset_additional_keys))
             results = []
             results += self.actor_worker.generate_sequences(blocking=True)
             metrics = {}
             for reward in self.reward_list:
                 metrics.update(compute_rule_reward(td, reward, self.total_rows))
             compute_advantage(td, self.n_samples_per_prompt, self.total_rows, self.adv_estimator)
-            if self.kl_ctrl.value > 0:
+            if self.uses_reference:
                 results += self.ref_worker.compute_ref_log_prob(blocking=True)
             if not self.skip_actor_log_prob:
                 results += self.actor_worker.compute_log_prob(blocking=True)
@@ -79,6 +81,16 @@ class RayGRPOTrainer(RayBaseTrainer):
             if self.save_interval and iteration % self.save_interval == 0 and self.kwargs.get("save_dir"):
                 self.actor_worker.save_checkpoint(self.kwargs["save_dir"])
         return self.history
+
+    def _checked(self, batch: dict) -> dict:
+        """Reject prompts longer than ``max_prompt_length`` (naming the row)."""
+        limit = self.kwargs.get("max_prompt_length")
+        if limit:
+            for row, prompt in enumerate(batch["prompts"]):
+                if prompt.numel() > limit:
+                    raise ValueError(f"prompt {row} of the batch has {prompt.numel()} tokens, "
+                                     f"more than rl_config.max_prompt_length={limit}")
+        return batch
 
     @staticmethod
     def _summary(iteration: int, m: Dict[str, float]) -> str:

@@ -15,6 +15,7 @@ from mindspeed_rl.utils.dist_sync import broadcast_object
 from mindspeed_rl.workers.parallel_state import ParallelState
 
 _DONE = "__all_consumed__"
+_TIMEOUT = "__timed_out__"
 
 
 class BaseWorker:
@@ -65,8 +66,10 @@ class BaseWorker:
     def is_tp_src(self) -> bool:
         return self.parallel_state.tp_rank == 0
 
-    def _fetch(self, stage, columns, count, indexes, get_n_samples, stop_when_consumed):
-        """On the TP source: the dock's answer, or _DONE; broadcast to the TP group."""
+    def _fetch(self, stage, columns, count, indexes, get_n_samples, stop_when_consumed, deadline=None):
+        """On the TP source: the dock's answer, _DONE, or _TIMEOUT once
+        ``deadline`` passed with nothing ready; broadcast to the TP group so
+        its ranks always take the same branch."""
         payload = None
         if self.is_tp_src:
             if stop_when_consumed and ray.get(self.td.all_consumed.remote(stage)):
@@ -76,6 +79,8 @@ class BaseWorker:
                     stage, columns, count, indexes=indexes, get_n_samples=get_n_samples,
                     use_batch_seqlen_balance=self.rl_config.use_dp_batch_balance))
                 payload = (batch, index) if index else None
+            if payload is None and deadline is not None and time.monotonic() > deadline:
+                payload = _TIMEOUT
         return broadcast_object(payload, self.parallel_state.tp_src, self.parallel_state.tp_group)
 
     def dispatch_transfer_dock_data(self, experience_consumer_stage: str, experience_columns: List[str],
@@ -97,19 +102,20 @@ class BaseWorker:
 
     def iterate_stage(self, stage: str, columns: List[str], count: int, get_n_samples: bool = True,
                       max_batches: Optional[int] = None) -> Iterator[Tuple[dict, List[int]]]:
-        """Batches of ``stage`` until the dock has served all rows (or
-        ``max_batches``); waits at most ``td_timeout`` seconds for data."""
-        served, deadline = 0, time.monotonic() + self.rl_config.td_timeout
+        """Batches of ``stage`` until the dock has served all rows or this TP
+        group took ``max_batches``; waits at most ``td_timeout`` seconds for data."""
+        served = 0
         while max_batches is None or served < max_batches:
-            payload = self._fetch(stage, columns, count, None, get_n_samples, stop_when_consumed=max_batches is None)
+            deadline = time.monotonic() + self.rl_config.td_timeout
+            payload = None
+            while payload is None:
+                payload = self._fetch(stage, columns, count, None, get_n_samples, True, deadline)
+                if payload is None:
+                    time.sleep(0.01)
             if payload == _DONE:
                 return
-            if payload is None:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"rank {self.rank}: consumer '{stage}' got no data for columns {columns} "
-                                       f"within td_timeout={self.rl_config.td_timeout:g}s")
-                time.sleep(0.01)
-                continue
+            if payload == _TIMEOUT:
+                raise TimeoutError(f"rank {self.rank}: consumer '{stage}' got no data for columns {columns} "
+                                   f"within td_timeout={self.rl_config.td_timeout:g}s")
             served += 1
             yield payload
-            deadline = time.monotonic() + self.rl_config.td_timeout

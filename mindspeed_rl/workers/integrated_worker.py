@@ -23,13 +23,16 @@ def _lengths(batch) -> List[int]:
 class IntegratedWorker(BaseWorker):
     def initialize(self, model_path: str, eos_id: int, pad_id: int):
         cfg, rl = self.megatron_config, self.rl_config
-        dtype = torch.bfloat16 if cfg.bf16 and self.device.type != "cpu" else torch.float32
-        common = dict(device=self.device, dtype=dtype, use_remove_padding=rl.use_remove_padding,
-                      seed=rl.seed, pad_id=pad_id, attn_implementation=self._attention())
+        half = torch.bfloat16 if cfg.bf16 and self.device.type != "cpu" else None
+        common = dict(device=self.device, use_remove_padding=rl.use_remove_padding, seed=rl.seed,
+                      pad_id=pad_id, attn_implementation=self._attention())
+        # actor: fp32 master weights, bf16 compute; reference: frozen bf16 weights
         self.actor = CausalLMEngine(model_path, trainable=True, lr=cfg.lr, weight_decay=cfg.weight_decay,
                                     betas=(cfg.adam_beta1, cfg.adam_beta2), clip_grad=cfg.clip_grad,
-                                    process_group=self.parallel_state.dp_group, **common)
-        self.ref = CausalLMEngine(model_path, trainable=False, **common) if self._needs_ref() else None
+                                    process_group=self.parallel_state.dp_group, dtype=torch.float32,
+                                    autocast_dtype=half, **common)
+        self.ref = CausalLMEngine(model_path, trainable=False, dtype=half or torch.float32,
+                                  **common) if self._needs_ref() else None
         self.eos_id, self.pad_id = eos_id, pad_id
         self._generate_calls = 0
         return self.rank
@@ -68,7 +71,7 @@ class IntegratedWorker(BaseWorker):
     def generate_sequences(self) -> Dict[str, float]:
         start = time.perf_counter()
         sampling = self.generate_config.sampling_config
-        count = self.rl_config.actor_rollout_dispatch_size or self._dispatch(None, whole_groups=False)
+        count = self._dispatch(self.rl_config.actor_rollout_dispatch_size)
         for batch, index in self.iterate_stage("actor_rollout", ["prompts"], count, get_n_samples=False):
             seed = self.rl_config.seed + 7919 * self.parallel_state.dp_rank + self._generate_calls
             self._generate_calls += 1
@@ -83,7 +86,8 @@ class IntegratedWorker(BaseWorker):
     def _log_prob_stage(self, stage: str, engine, out_column: str, dispatch_size, forward_mbs):
         start = time.perf_counter()
         tokens = 0
-        for batch, index in self.iterate_stage(stage, SEQ_COLUMNS, dispatch_size):
+        for batch, index in self.iterate_stage(stage, SEQ_COLUMNS, dispatch_size,
+                                               max_batches=self._requests_per_rank(dispatch_size)):
             lengths = _lengths(batch)
             tokens += sum(lengths)
             parts = self._micro_batches(lengths, forward_mbs, sync=False)
@@ -102,21 +106,26 @@ class IntegratedWorker(BaseWorker):
         return self._log_prob_stage("actor_log_prob", self.actor, "old_log_prob",
                                     self._dispatch(rl.actor_logprob_dispatch_size), rl.actor_forward_micro_batch_size)
 
-    def _dispatch(self, size, whole_groups: bool = True):
-        """Rows per request: the config value, else this rank's share of the
-        batch (rounded up to whole GRPO groups when groups stay together)."""
-        if size:
-            return size
-        n, dp = self.rl_config.n_samples_per_prompt, self.parallel_state.dp_size
-        prompts = self.megatron_config.global_batch_size
-        return -(-prompts // dp) * n if whole_groups else -(-prompts * n // dp)
+    def _total_rows(self) -> int:
+        return self.megatron_config.global_batch_size * self.rl_config.n_samples_per_prompt
+
+    def _dispatch(self, size) -> int:
+        """Rows per request: the config value (filled by validate_rl_args),
+        else this rank's share of the batch."""
+        return size or self._total_rows() // self.parallel_state.dp_size
+
+    def _requests_per_rank(self, rows_per_request: int) -> int:
+        """Each rank takes its own part of the plan's shares (no rank takes a
+        second share while another waits for its first)."""
+        shares = -(-self._total_rows() // rows_per_request)
+        return -(-shares // self.parallel_state.dp_size)
 
     def update(self, kl_coef: float, skip_actor_log_prob: bool) -> Dict[str, float]:
         """GRPO update: this rank's mini-batches (balanced shares from the dock),
         ``epochs`` passes, one optimizer step per mini-batch."""
         start = time.perf_counter()
         rl, ps = self.rl_config, self.parallel_state
-        total = self.megatron_config.global_batch_size * rl.n_samples_per_prompt
+        total = self._total_rows()
         per_rank = rl.mini_batch_size // ps.dp_size
         columns = SEQ_COLUMNS + ["advantages"] + ([] if skip_actor_log_prob else ["old_log_prob"])
         columns += ["ref_log_prob"] if self.ref is not None else []

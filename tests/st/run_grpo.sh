@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tiny GRPO with DP batch balance on a local Ray, on CPU: 2 data-parallel
 # ranks, a random-init Qwen2-shaped model, the toy 'length' task. Sets itself
-# up on a fresh machine (CPU torch, then the package), exits non-zero on any
+# up on a fresh machine (torch 2.13.0 - the CPU wheel where one is provided -, then the package), exits non-zero on any
 # failure. Extra arguments are config overrides, e.g. megatron_training.train_iters=8
 set -euo pipefail
 cd "$(dirname "$0")/../.."

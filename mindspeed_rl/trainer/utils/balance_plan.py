@@ -3,11 +3,12 @@
 The first request that finds the consumer without a plan partitions the whole
 ready pool (rows, or GRPO groups of n rows) into ``ceil(pool / count)``
 shares of near-equal workload, at most ``count`` units each and sizes within
-one unit of each other. Later requests pop the remaining shares; a plan is
-rebuilt only when it is used up or the pool changed under it.
+one unit of each other. Later requests of the same shape pop the remaining
+shares; a plan is rebuilt when it is used up, when a request of another shape
+comes, or when its rows were taken another way.
 """
 from collections import deque
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ class BalancePlanner:
 
     def reset(self):
         """Forget every plan (a new round)."""
-        self._plans: Dict[str, deque] = {}
+        self._plans: Dict[str, Tuple[Tuple[int, int], deque]] = {}
 
     def pop_history(self):
         """Plans recorded since the last call (for reports), oldest first."""
@@ -45,14 +46,14 @@ class BalancePlanner:
 
     def next_share(self, consumer: str, usable: Tensor, needed: int, row_lengths: Callable[[], Tensor],
                    unit: int, metrics) -> Tensor:
-        """Units (rows, or groups when ``unit`` > 1) for this request. The
-        dock drops a consumer's plan whenever its rows are taken another way,
-        so a stored share is always still unconsumed."""
-        plan = self._plans.get(consumer)
-        if plan:
+        """Units (rows, or groups when ``unit`` > 1) for this request. A
+        stored plan serves only requests of the same shape (unit, count); the
+        dock drops a plan whose rows were taken another way."""
+        key, plan = self._plans.get(consumer, (None, None))
+        if plan and key == (unit, needed):
             return plan.popleft()
         plan = deque(self._make_plan(consumer, usable, needed, row_lengths(), unit, metrics))
-        self._plans[consumer] = plan
+        self._plans[consumer] = ((unit, needed), plan)
         return plan.popleft()
 
     def unit_costs(self, row_lengths: Tensor, unit: int, usable: Tensor) -> np.ndarray:

@@ -26,7 +26,7 @@ class AdaptiveKLController:
 
     def update(self, current_kl: float, n_steps: int):
         error = float(np.clip(current_kl / self.target - 1, -0.2, 0.2))
-        self.value *= 1 + error * n_steps / self.horizon
+        self.value = max(0.0, self.value * (1 + error * n_steps / self.horizon))
 
 
 def compute_rule_reward(td, reward_fn, total_rows: int) -> Dict[str, float]:

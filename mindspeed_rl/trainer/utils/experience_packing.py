@@ -7,7 +7,8 @@ from torch import Tensor
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pad_sequence
 
-LENGTH_COLUMNS = ("prompt_length", "response_length")
+# Columns holding one number per row (a length).
+LENGTH_COLUMNS = ("prompt_length", "response_length", "input_ids_length")
 NO_MULTIPLE_COLUMNS = ("position_ids",)
 
 

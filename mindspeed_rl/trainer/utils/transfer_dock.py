@@ -17,7 +17,7 @@ from torch import Tensor
 
 from mindspeed_rl.trainer.utils.balance_plan import BalancePlanner
 from mindspeed_rl.trainer.utils.experience_packing import (  # noqa: F401  (re-exported, as upstream)
-    pack_experience_columns, pad_experience, trans_input_to_experience, unpack_pad_experience)
+    LENGTH_COLUMNS, pack_experience_columns, pad_experience, trans_input_to_experience, unpack_pad_experience)
 from mindspeed_rl.utils.metrics import Metric
 
 DEFAULT_COLUMNS = [
@@ -29,8 +29,6 @@ DEFAULT_CONSUMERS = [
     "trainer", "actor_rollout", "actor_log_prob", "ref_log_prob", "actor_train",
     "compute_advantage", "rule_reward", "reward_scores", "grpo_metrics",
 ]
-# Scalar per-row columns also kept as one integer tensor, for vectorised sums.
-LENGTH_COLUMNS = ("prompt_length", "response_length", "input_ids_length")
 
 
 class TransferDock:
@@ -52,6 +50,7 @@ class TransferDock:
             raise ValueError("TransferDock: timeout and timeout_interval must be positive")
         self._data_lock = threading.RLock()
         self._clear_experience_data_and_status()
+        # LENGTH_COLUMNS are also kept as one int64 tensor each, for vectorised sums
 
     # ------------------------------------------------------------ validation
 
@@ -256,6 +255,7 @@ class GRPOTransferDock(TransferDock):
         self._check_columns(experience_columns, f"get experience for '{consumer}'")
         if indexes is not None:
             rows = self._check_indexes(indexes, f"get experience for '{consumer}'")
+            self._wait_for_data(experience_columns, rows, consumer)  # a timeout leaves state as it was
             with self.consumer_sampling_lock[consumer]:
                 self.experience_consumer_status[consumer][rows] = 1
                 self.planner.drop(consumer)
@@ -295,6 +295,9 @@ class GRPOTransferDock(TransferDock):
             return None
         if balance:
             units = self.planner.next_share(consumer, usable, needed, self._row_lengths, unit, self.metrics)
+            if bool(fresh_u[units].logical_not().any()):  # rows of the stored plan were taken: replan
+                self.planner.drop(consumer)
+                units = self.planner.next_share(consumer, usable, needed, self._row_lengths, unit, self.metrics)
         else:
             self.planner.drop(consumer)  # rows taken outside the plan make it stale
             units = usable[torch.randperm(usable.numel(), generator=self._generator)[:needed]]

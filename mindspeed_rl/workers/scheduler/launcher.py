@@ -19,16 +19,18 @@ def _accelerator() -> Optional[str]:
 class RayActorGroup:
     def __init__(self, worker: Type[BaseWorker], megatron_config, rl_config, generate_config,
                  num_npus: Optional[int] = None, num_cpus_per_worker: Optional[float] = None,
-                 timeout: Optional[float] = None, **kwargs):
+                 stage_timeout: Optional[float] = None, **kwargs):
+        """``stage_timeout`` bounds one command on the group (None: no bound;
+        a rank that fails or dies still ends the command at once)."""
         self.worker = worker
         self.megatron_config, self.rl_config, self.generate_config = megatron_config, rl_config, generate_config
         self.world_size = int(num_npus or rl_config.actor_resource["num_npus"] or 1)
-        self.timeout = timeout or rl_config.td_timeout
+        self.stage_timeout = stage_timeout
         accel = _accelerator()
         cpus = num_cpus_per_worker if num_cpus_per_worker is not None else (1 if accel else 0.5)
         bundle = {"CPU": cpus, **({accel: 1} if accel else {})}
         self.placement_group = placement_group([dict(bundle) for _ in range(self.world_size)], strategy="PACK")
-        ray.get(self.placement_group.ready(), timeout=self.timeout)
+        ray.get(self.placement_group.ready(), timeout=rl_config.td_timeout)
         remote_cls = ray.remote(worker)
         self.actors = []
         for rank in range(self.world_size):
@@ -53,17 +55,37 @@ class RayActorGroup:
         results: Dict[int, Any] = {}
         pending = list(refs)
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1, timeout=self.timeout + 120)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=self.stage_timeout)
             if not ready:
                 self.kill()
-                raise TimeoutError(f"worker group: '{name}' did not finish within {self.timeout + 120:g}s")
-            ref = ready[0]
+                raise TimeoutError(f"worker group: '{name}' did not finish within {self.stage_timeout:g}s")
             try:
-                results[index[ref]] = ray.get(ref)
-            except Exception as err:  # a rank died or raised
+                results[index[ready[0]]] = ray.get(ready[0])
+            except Exception:  # a rank died or raised
+                rank, err = self._root_cause(ready[0], pending, index)
                 self.kill()
-                raise RuntimeError(f"worker rank {index[ref]} failed in '{name}': {err}") from err
+                raise RuntimeError(f"worker rank {rank} failed in '{name}': {err}") from err
         return [results[i] for i in range(len(refs))]
+
+    @staticmethod
+    def _root_cause(first, pending, index, grace: float = 3.0):
+        """The failure to report: a dead rank or a rank's own error beats the
+        collective errors its peers see as a consequence (closed connections)."""
+        done, _ = ray.wait(pending, num_returns=len(pending), timeout=grace) if pending else ([], [])
+        failures = []
+        for ref in [first, *done]:
+            try:
+                ray.get(ref)
+            except Exception as err:
+                failures.append((index[ref], err))
+
+        def secondary(err) -> bool:
+            text = str(err).lower()
+            return not isinstance(err, ray.exceptions.RayActorError) and any(
+                word in text for word in ("gloo", "connection", "nccl", "hccl", "timed out"))
+        failures.sort(key=lambda item: (not isinstance(item[1], ray.exceptions.RayActorError),
+                                        secondary(item[1]), item[0]))
+        return failures[0]
 
     def execute_async_command(self, method_name: str, *args, **kwargs) -> List[ray.ObjectRef]:
         refs = [getattr(actor, method_name).remote(*args, **kwargs) for actor in self.actors]

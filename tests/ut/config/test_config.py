@@ -227,6 +227,11 @@ def test_validate_accepts_baseline_and_fills_derived():
     ({"verifier_weight": [1.0, 2.0]}, {}, {}, None, "verifier_weight"),
     ({"actor_logprob_dispatch_size": 5}, {}, {}, None, "actor_logprob_dispatch_size"),
     ({}, {"global_batch_size": None}, {}, None, "global_batch_size"),
+    # a rank's mini-batch share must be whole GRPO groups: 4 prompts x 2 samples over 4 ranks
+    ({"mini_batch_size": 1, "n_samples_per_prompt": 2, "actor_resource": {"num_npus": 2}}, {}, {}, None,
+     "whole GRPO groups"),
+    ({"ref_dispatch_size": 2}, {}, {}, None, "ref_dispatch_size"),   # divides 32, not whole groups of 4
+    ({"use_dynamic_bsz": True, "max_packing_token_size": 12}, {}, {}, None, "max_packing_token_size"),
 ])
 def test_validate_rule_names_field(rl, actor, gen, dp, field):
     with pytest.raises(ValueError, match=field):

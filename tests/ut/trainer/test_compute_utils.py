@@ -21,6 +21,12 @@ def test_adaptive_kl_moves_towards_target_with_clipped_error():
         AdaptiveKLController(0.1, 1.0, 0)
 
 
+def test_adaptive_kl_never_goes_negative_on_large_batches():
+    ctrl = AdaptiveKLController(0.001, target_kl=1.0, horizon=1000)
+    ctrl.update(0.0, 8192)  # -0.2 * 8192 / 1000 < -1
+    assert ctrl.value == 0.0
+
+
 def test_trainer_rejects_unknown_kl_control():
     with pytest.raises(ValueError, match="kl_ctrl_type"):
         RayBaseTrainer(kl_ctrl_type="pid")

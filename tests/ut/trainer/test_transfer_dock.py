@@ -230,3 +230,34 @@ def test_constructor_errors():
         Dock(2, 2, balance_objective="speed")
     with pytest.raises(ValueError, match="workload_model"):
         Dock(2, 2, balance_objective="flops")
+
+
+def test_requests_of_another_shape_never_reuse_a_stale_plan():
+    td = Dock(8, 4, timeout=1)
+    _fill(td, 8, 4)
+    _, first = td.get_experience("actor_train", COLS, 8, use_batch_seqlen_balance=True)   # groups plan
+    _, second = td.get_experience("actor_train", COLS, 2, get_n_samples=False, use_batch_seqlen_balance=True)
+    _, third = td.get_experience("actor_train", COLS, 8, use_batch_seqlen_balance=True)
+    served = first + second + third
+    assert len(served) == len(set(served)) == 18
+    assert len(third) == 8
+
+
+def test_rows_taken_outside_the_plan_trigger_a_new_plan():
+    td = Dock(8, 2, timeout=1)
+    _fill(td, 8, 2)
+    _, first = td.get_experience("actor_train", COLS, 4, use_batch_seqlen_balance=True)
+    # another share of that plan is taken by explicit indexes: the plan must not serve those rows again
+    rest = sorted(set(range(16)) - set(first))
+    _, taken = td.get_experience("actor_train", COLS, indexes=rest[:4])
+    shares = _round(td, "actor_train", 4, balance=True)
+    flat = first + taken + [i for s in shares for i in s]
+    assert sorted(flat) == list(range(16))
+
+
+def test_timed_out_index_request_consumes_nothing():
+    td = Dock(2, 2, timeout=0.1, timeout_interval=0.01)
+    _fill(td, 2, 2, rows=[0, 1])
+    with pytest.raises(TimeoutError):
+        td.get_experience("actor_train", ["responses"], indexes=[0, 1, 2, 3])
+    assert int(td.experience_consumer_status["actor_train"].sum()) == 0
