@@ -70,7 +70,8 @@ class BalancePlanner:
         else:
             parts = get_seqlen_balanced_partitions(costs, n_shares, equal_size=True, method=self.method)
         self._record(consumer, costs, parts, metrics)
-        return [usable[torch.as_tensor(p, dtype=torch.int64)] for p in parts]
+        order = torch.from_numpy(np.concatenate(parts).astype(np.int64))
+        return list(torch.split(usable[order], [len(p) for p in parts]))
 
     def _record(self, consumer, costs, parts, metrics):
         """Loads of this plan, and what a random split of the same pool gives."""

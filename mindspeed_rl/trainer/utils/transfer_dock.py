@@ -294,10 +294,8 @@ class GRPOTransferDock(TransferDock):
         if usable.numel() < needed and not (0 < usable.numel() == remaining):
             return None
         if balance:
+            # every other way of taking this consumer's rows drops its plan, so shares stay unconsumed
             units = self.planner.next_share(consumer, usable, needed, self._row_lengths, unit, self.metrics)
-            if bool(fresh_u[units].logical_not().any()):  # rows of the stored plan were taken: replan
-                self.planner.drop(consumer)
-                units = self.planner.next_share(consumer, usable, needed, self._row_lengths, unit, self.metrics)
         else:
             self.planner.drop(consumer)  # rows taken outside the plan make it stale
             units = usable[torch.randperm(usable.numel(), generator=self._generator)[:needed]]
