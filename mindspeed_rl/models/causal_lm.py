@@ -56,10 +56,13 @@ class CausalLMEngine:
         process_group=None,
         pad_id: int = 0,
         autocast_dtype: Optional[torch.dtype] = None,
+        lr_schedule: Optional[Callable[[int], float]] = None,
     ):
         """``dtype`` is the weights' dtype; ``autocast_dtype`` (e.g. bf16 with
         fp32 weights) runs forwards in lower precision while the optimizer
-        updates full-precision weights, so small updates are not rounded away."""
+        updates full-precision weights, so small updates are not rounded away.
+        ``lr_schedule(step)`` gives the learning rate of each optimizer step
+        (see models/lr_schedule.py); without it the rate stays ``lr``."""
         torch.manual_seed(seed)
         self.autocast_dtype = autocast_dtype
         self.device = torch.device(device)
@@ -97,10 +100,12 @@ class CausalLMEngine:
             self.is_ddp = True
 
         self.optimizer = None
+        self.lr_schedule = lr_schedule
+        self.steps = 0
         if trainable:
             self.optimizer = torch.optim.AdamW(
                 [p for p in module.parameters() if p.requires_grad],
-                lr=lr,
+                lr=lr_schedule(0) if lr_schedule else lr,
                 betas=tuple(betas),
                 weight_decay=weight_decay,
             )
@@ -269,11 +274,15 @@ class CausalLMEngine:
         params = self._trainable_params()
         max_norm = self.clip_grad if self.clip_grad and self.clip_grad > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        metrics["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
         if math.isfinite(grad_norm):
             self.optimizer.step()
         self.zero_grad()
+        self.steps += 1
+        if self.lr_schedule is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.lr_schedule(self.steps)
         metrics["actor/grad_norm"] = grad_norm
-        metrics["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
         return metrics
 
     # ------------------------------------------------------------------ sampling

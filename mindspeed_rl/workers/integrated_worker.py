@@ -1,4 +1,5 @@
 """Actor, reference and rollout in one worker (upstream's integrated mode)."""
+import functools
 import importlib.util
 import time
 from typing import Dict, List
@@ -9,6 +10,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.loss.grpo_loss import grpo_loss
+from mindspeed_rl.models.lr_schedule import lr_at
 from mindspeed_rl.utils.dist_sync import all_reduce_scalar, sync_micro_batch_count
 from mindspeed_rl.utils.seqlen_balancing import rearrange_micro_batches
 from mindspeed_rl.workers.base_worker import BaseWorker
@@ -30,12 +32,20 @@ class IntegratedWorker(BaseWorker):
         self.actor = CausalLMEngine(model_path, trainable=True, lr=cfg.lr, weight_decay=cfg.weight_decay,
                                     betas=(cfg.adam_beta1, cfg.adam_beta2), clip_grad=cfg.clip_grad,
                                     process_group=self.parallel_state.dp_group, dtype=torch.float32,
-                                    autocast_dtype=half, **common)
+                                    autocast_dtype=half, lr_schedule=self._lr_schedule(), **common)
         self.ref = CausalLMEngine(model_path, trainable=False, dtype=half or torch.float32,
                                   **common) if self._needs_ref() else None
         self.eos_id, self.pad_id = eos_id, pad_id
         self._generate_calls = 0
         return self.rank
+
+    def _lr_schedule(self):
+        """Per optimizer step: train_iters x mini-batches per iteration x epochs steps in all."""
+        cfg, rl = self.megatron_config, self.rl_config
+        total = cfg.train_iters * (self._total_rows() // rl.mini_batch_size) * rl.epochs
+        warmup = int(cfg.lr_warmup_fraction * total)
+        return functools.partial(lr_at, base_lr=cfg.lr, min_lr=cfg.min_lr, total_steps=total,
+                                 warmup_steps=warmup, style=cfg.lr_decay_style)
 
     def _attention(self):
         """flash_attention_2 on CUDA when asked for (use_flash_attn) and installed; else the HF default."""

@@ -281,3 +281,20 @@ def test_bf16_autocast_keeps_small_updates_in_fp32_master_weights(tmp_path):
     changed = [not torch.equal(a, b) for a, b in zip(before, engine.module.parameters())]
     assert all(p.dtype == torch.float32 for p in engine.module.parameters())
     assert sum(changed) / len(changed) > 0.9  # bf16 weights would round most 1e-6 steps away
+
+
+def test_lr_schedule_applies_per_optimizer_step(tmp_path):
+    import transformers
+    cfg = transformers.Qwen2Config(vocab_size=32, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=128, tie_word_embeddings=True,
+                                   max_position_embeddings=64)
+    path = str(tmp_path / "m")
+    transformers.Qwen2ForCausalLM(cfg).save_pretrained(path)
+    engine = CausalLMEngine(path, torch.device("cpu"), lr_schedule=lambda step: 0.1 / (step + 1))
+
+    def loss_fn(idx, log_probs, entropy):
+        return -sum(lp.sum() for lp in log_probs), {}
+
+    lrs = [engine.train_step([torch.tensor([1, 2])], [torch.tensor([3])], [[0]], loss_fn, 1.0)["actor/lr"]
+           for _ in range(3)]
+    assert lrs == pytest.approx([0.1, 0.05, 0.1 / 3])
