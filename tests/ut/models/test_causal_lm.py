@@ -260,41 +260,25 @@ def test_save_round_trip(model_dir, tmp_path):
     assert not any(k.startswith("module.") for k in state)
 
 
-def test_bf16_autocast_keeps_small_updates_in_fp32_master_weights(tmp_path):
-    import transformers
-    cfg = transformers.Qwen2Config(vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=128, tie_word_embeddings=True,
-                                   max_position_embeddings=64)
-    path = str(tmp_path / "m")
-    transformers.Qwen2ForCausalLM(cfg).save_pretrained(path)
-    engine = CausalLMEngine(path, torch.device("cpu"), dtype=torch.float32, lr=1e-6,
+def _sum_log_prob_loss(idx, log_probs, entropy):
+    return -sum(lp.sum() for lp in log_probs), {}
+
+
+def test_bf16_autocast_keeps_small_updates_in_fp32_master_weights(model_dir):
+    engine = CausalLMEngine(model_dir, torch.device("cpu"), dtype=torch.float32, lr=1e-6,
                             autocast_dtype=torch.bfloat16, use_remove_padding=True)
     before = [p.detach().clone() for p in engine.module.parameters()]
     prompts = [torch.tensor([1, 2, 3]), torch.tensor([4, 5])]
     responses = [torch.tensor([6, 7]), torch.tensor([8, 9, 10])]
-
-    def loss_fn(idx, log_probs, entropy):
-        return -sum(lp.sum() for lp in log_probs), {}
-
     for _ in range(3):
-        engine.train_step(prompts, responses, [[0, 1]], loss_fn, token_count=5.0)
+        engine.train_step(prompts, responses, [[0, 1]], _sum_log_prob_loss, token_count=5.0)
     changed = [not torch.equal(a, b) for a, b in zip(before, engine.module.parameters())]
     assert all(p.dtype == torch.float32 for p in engine.module.parameters())
     assert sum(changed) / len(changed) > 0.9  # bf16 weights would round most 1e-6 steps away
 
 
-def test_lr_schedule_applies_per_optimizer_step(tmp_path):
-    import transformers
-    cfg = transformers.Qwen2Config(vocab_size=32, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=128, tie_word_embeddings=True,
-                                   max_position_embeddings=64)
-    path = str(tmp_path / "m")
-    transformers.Qwen2ForCausalLM(cfg).save_pretrained(path)
-    engine = CausalLMEngine(path, torch.device("cpu"), lr_schedule=lambda step: 0.1 / (step + 1))
-
-    def loss_fn(idx, log_probs, entropy):
-        return -sum(lp.sum() for lp in log_probs), {}
-
-    lrs = [engine.train_step([torch.tensor([1, 2])], [torch.tensor([3])], [[0]], loss_fn, 1.0)["actor/lr"]
-           for _ in range(3)]
+def test_lr_schedule_applies_per_optimizer_step(model_dir):
+    engine = CausalLMEngine(model_dir, torch.device("cpu"), lr_schedule=lambda step: 0.1 / (step + 1))
+    lrs = [engine.train_step([torch.tensor([1, 2])], [torch.tensor([3])], [[0]], _sum_log_prob_loss,
+                             1.0)["actor/lr"] for _ in range(3)]
     assert lrs == pytest.approx([0.1, 0.05, 0.1 / 3])
