@@ -72,22 +72,27 @@ def _read_text(path: str) -> str:
         raise ReportError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _jsonl_rows(path: str, text: str):
-    """(where, record) per non-blank JSONL line."""
-    row = 0
+def _json_objects(path: str, text: str, required):
+    """(line number, object) per non-blank JSONL line, each holding the ``required`` keys."""
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        where = f"{path} line {line_no}"
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ReportError(f"{path} line {line_no}: not valid JSON ({exc.msg})") from None
+            raise ReportError(f"{where}: not valid JSON ({exc.msg})") from None
         if not isinstance(rec, dict):
-            raise ReportError(f"{path} line {line_no}: expected a JSON object, got {type(rec).__name__}")
-        row += 1
-        missing = [name for name in LENGTH_FIELDS if name not in rec]
+            raise ReportError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        missing = [k for k in required if k not in rec]
         if missing:
-            raise ReportError(f"{path} line {line_no}: missing {', '.join(missing)}")
+            raise ReportError(f"{where}: missing {', '.join(missing)}")
+        yield line_no, rec
+
+
+def _jsonl_rows(path: str, text: str):
+    """(where, record) per non-blank JSONL line."""
+    for row, (line_no, rec) in enumerate(_json_objects(path, text, LENGTH_FIELDS), start=1):
         yield f"{path} row {row} (line {line_no})", rec
 
 
@@ -182,19 +187,8 @@ def read_balance_file(path: str) -> List[dict]:
     """Plans of a ``balance.jsonl`` (checked), in file order."""
     text = _read_text(path)
     plans = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for line_no, rec in _json_objects(path, text, ("iteration", "consumer", "loads", "random_loads")):
         where = f"{path} line {line_no}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ReportError(f"{where}: not valid JSON ({exc.msg})") from None
-        if not isinstance(rec, dict):
-            raise ReportError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-        missing = [k for k in ("iteration", "consumer", "loads", "random_loads") if k not in rec]
-        if missing:
-            raise ReportError(f"{where}: missing {', '.join(missing)}")
         iteration = rec["iteration"]
         if isinstance(iteration, bool) or not isinstance(iteration, int):
             raise ReportError(f"{where}: iteration must be an integer, got {json.dumps(iteration)}")
