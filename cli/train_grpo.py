@@ -16,16 +16,16 @@ from typing import Dict, List
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ray  # noqa: E402
-from transformers import AutoConfig, AutoTokenizer  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
 
 from mindspeed_rl.config_cls.loader import build_configs, load_config  # noqa: E402
+from mindspeed_rl.config_cls.model_arch import check_against_checkpoint, hf_config_kwargs  # noqa: E402
 from mindspeed_rl.datasets.prompt_dataset import prompt_batches  # noqa: E402
 from mindspeed_rl.models.rule_reward import RuleReward  # noqa: E402
 from mindspeed_rl.models.tiny_model import build_tiny_checkpoint  # noqa: E402
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer  # noqa: E402
 from mindspeed_rl.utils.loggers import MetricsLogger  # noqa: E402
 from mindspeed_rl.utils.ray_utils import init_ray  # noqa: E402
-from mindspeed_rl.utils.workload import WorkloadModel  # noqa: E402
 from mindspeed_rl.workers.integrated_worker import IntegratedWorker  # noqa: E402
 from mindspeed_rl.workers.scheduler.launcher import RayActorGroup  # noqa: E402
 
@@ -41,37 +41,33 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     overrides = list(overrides)
     _quiet_hf()
     if tiny_model_dir:
-        if not os.path.exists(os.path.join(tiny_model_dir, "config.json")):
-            build_tiny_checkpoint(tiny_model_dir, seed=0)
         overrides.append(f"megatron_training.model_path={os.path.abspath(tiny_model_dir)}")
     cfgs = build_configs(load_config(config, overrides))
-    actor, rl, gen = cfgs.actor_config, cfgs.rl_config, cfgs.generate_config
+    actor, rl, gen, plan = cfgs.actor_config, cfgs.rl_config, cfgs.generate_config, cfgs.plan
+    if tiny_model_dir and not os.path.exists(os.path.join(tiny_model_dir, "config.json")):
+        build_tiny_checkpoint(tiny_model_dir, seed=0, **hf_config_kwargs(actor))
     if not actor.model_path or not os.path.isdir(actor.model_path):
         raise ValueError(f"megatron_training.model_path must be a local checkpoint directory, got {actor.model_path!r}")
-    tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path)
+    check_against_checkpoint(actor, actor.model_path)
+    tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path,
+                                              trust_remote_code=gen.trust_remote_code)
     eos_id = tokenizer.eos_token_id
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
-    dock_kwargs = dict(timeout=rl.td_timeout, balance_objective=rl.dp_balance_objective,
-                       balance_method=rl.dp_balance_method, seed=rl.seed)
-    if rl.dp_balance_objective == "flops":
-        dock_kwargs["workload_model"] = WorkloadModel.from_hf_config(AutoConfig.from_pretrained(actor.model_path))
+    print(f"run plan: {plan.summary()}")
     os.makedirs(output_dir, exist_ok=True)
     started = init_ray(temp_dir=os.path.join(output_dir, "ray"))
     group = None
     logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard)
     try:
-        group = RayActorGroup(IntegratedWorker, actor, rl, gen)
+        group = RayActorGroup(IntegratedWorker, actor, rl, gen, plan)
         group.initialize(actor.model_path, eos_id, pad_id)
+        extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]
         trainer = RayGRPOTrainer(
             actor_worker=group, reward_list=[RuleReward(rl.verifier_function, rl.verifier_weight, eos_id)],
-            dock_kwargs=dock_kwargs, logger=logger, epochs=rl.epochs, mini_batch_size=rl.mini_batch_size,
-            train_iters=actor.train_iters, save_interval=actor.save_interval if actor.save else 0,
-            save_dir=actor.save, adv_estimator=rl.adv_estimator, kl_penalty=rl.kl_penalty,
-            kl_ctrl_type=rl.kl_ctrl_type, kl_horizon=rl.kl_horizon, kl_target=rl.kl_target,
-            init_kl_coef=rl.init_kl_coef, global_batch_size=actor.global_batch_size,
-            n_samples_per_prompt=rl.n_samples_per_prompt, dataset_additional_keys=["labels"],
-            blocking=rl.blocking, use_dp_batch_balance=rl.use_dp_batch_balance,
-            max_prompt_length=rl.max_prompt_length)
+            run_plan=plan, logger=logger, save_interval=actor.save_interval if actor.save else 0,
+            save_dir=actor.save, adv_estimator=rl.adv_estimator, kl_ctrl_type=rl.kl_ctrl_type,
+            kl_horizon=rl.kl_horizon, kl_target=rl.kl_target, init_kl_coef=rl.init_kl_coef,
+            dataset_additional_keys=extra_keys, max_prompt_length=rl.max_prompt_length)
         return trainer.fit(prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer))
     finally:
         logger.close()

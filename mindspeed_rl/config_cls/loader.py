@@ -23,7 +23,10 @@ import yaml
 
 from mindspeed_rl.config_cls.generate_config import GenerateConfig
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
+from mindspeed_rl.config_cls.model_arch import check_fixed
 from mindspeed_rl.config_cls.rl_config import RLConfig
+from mindspeed_rl.config_cls.run_plan import RunPlan
+from mindspeed_rl.config_cls.unimplemented import check_keys
 from mindspeed_rl.config_cls.validate_config import validate_rl_args
 
 REPO_MODEL_DIR = Path(__file__).resolve().parents[2] / "configs" / "model"
@@ -168,6 +171,7 @@ class RunConfigs:
     reward_config: MegatronConfig
     rl_config: RLConfig
     generate_config: GenerateConfig
+    plan: RunPlan = None  # the one layout of the run
     extra: dict = field(default_factory=dict)  # other sections, raw
 
 
@@ -198,10 +202,27 @@ def build_configs(cfg):
         reward_config = MegatronConfig({**training, **section("reward_config")}, models)
     generate_config = GenerateConfig(section("generate_config"))
 
-    validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config)
+    check_keys(actor_config, rl_config, generate_config, error_cls=ConfigError)
+    check_fixed(actor_config, error_cls=ConfigError)
+    _weights_from_load(actor_config)
+    plan = validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config)
     for role in {id(c): c for c in (actor_config, ref_config, reward_config)}.values():
         role.max_prompt_length = rl_config.max_prompt_length
 
     extra = {k: v for k, v in cfg.items() if k not in KNOWN_SECTIONS}
     return RunConfigs(actor_config, ref_config, reward_config, rl_config,
-                      generate_config, extra)
+                      generate_config, plan, extra)
+
+
+def _weights_from_load(cfg):
+    """``load`` with ``finetune: true`` names the HF weights to start from;
+    resuming (``load`` without ``finetune``) is not implemented."""
+    if cfg.load is None:
+        return
+    if not cfg.finetune:
+        raise ConfigError(f"megatron_training.load={cfg.load!r} without finetune: true asks to resume, "
+                          f"which is not implemented; set finetune: true to start from those weights")
+    if cfg.model_path not in (None, cfg.load):
+        raise ConfigError(f"megatron_training.load={cfg.load!r} (finetune) and model_path={cfg.model_path!r} "
+                          f"name different weights; set one of them")
+    cfg.model_path = cfg.load

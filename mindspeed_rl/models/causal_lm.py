@@ -57,6 +57,8 @@ class CausalLMEngine:
         pad_id: int = 0,
         autocast_dtype: Optional[torch.dtype] = None,
         lr_schedule: Optional[Callable[[int], float]] = None,
+        eps: float = 1e-8,
+        trust_remote_code: bool = False,
     ):
         """``dtype`` is the weights' dtype; ``autocast_dtype`` (e.g. bf16 with
         fp32 weights) runs forwards in lower precision while the optimizer
@@ -73,7 +75,7 @@ class CausalLMEngine:
         self.pad_id = int(pad_id)
         self.process_group = process_group
 
-        load_kwargs = {"dtype": dtype}
+        load_kwargs = {"dtype": dtype, "trust_remote_code": trust_remote_code}
         if attn_implementation is not None:
             load_kwargs["attn_implementation"] = attn_implementation
         module = AutoModelForCausalLM.from_pretrained(model_path, **load_kwargs)
@@ -107,6 +109,7 @@ class CausalLMEngine:
                 [p for p in module.parameters() if p.requires_grad],
                 lr=lr_schedule(0) if lr_schedule else lr,
                 betas=tuple(betas),
+                eps=eps,
                 weight_decay=weight_decay,
             )
 
@@ -305,6 +308,7 @@ class CausalLMEngine:
         eos_id: Optional[int] = None,
         pad_id: Optional[int] = None,
         seed: Optional[int] = None,
+        min_p: float = 0.0,
     ) -> List[Tensor]:
         """Sample (greedy when temperature == 0) a response per prompt; CPU long tensors.
 
@@ -328,6 +332,8 @@ class CausalLMEngine:
         }
         if not greedy:
             gen_kwargs.update(temperature=float(temperature), top_p=float(top_p), top_k=int(top_k or 0))
+            if min_p:
+                gen_kwargs["min_p"] = float(min_p)
 
         self.module.eval()
         saved_config = self.module.generation_config

@@ -26,10 +26,14 @@ def get_device(local_rank: int = 0) -> torch.device:
 _BACKENDS = {"npu": "hccl", "cuda": "nccl", "cpu": "gloo"}
 
 
-def get_dist_backend(device: torch.device) -> str:
-    """Collective backend for a device type: hccl (npu), nccl (cuda), gloo (cpu)."""
+def get_dist_backend(device: torch.device, requested: str = None) -> str:
+    """Collective backend for a device: ``requested`` (megatron_training.distributed_backend)
+    when the device can run it - gloo runs anywhere -, else the device's own:
+    hccl (npu), nccl (cuda), gloo (cpu)."""
     # a plain string such as "npu:0" is accepted too, since torch.device("npu") needs torch_npu
     kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
     if kind not in _BACKENDS:
         raise ValueError(f"no distributed backend known for device type {kind!r}")
+    if requested in ("gloo", _BACKENDS[kind]):
+        return requested
     return _BACKENDS[kind]

@@ -27,64 +27,76 @@ def rank_timing_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
     return out
 
 
+def rank_balance_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
+    """What each DP rank actually processed per stage (from its TP source):
+    ``dp_balance/<stage>/rank<k>`` and ``rank_imbalance`` = max / mean - 1."""
+    out = {}
+    for key in sorted({k for r in results for k in r if k.startswith("load/")}):
+        stage = key[len("load/"):]
+        loads = {int(r["dp_rank"]): r[key] for r in results if key in r and r["tp_rank"] == 0}
+        for dp_rank, load in sorted(loads.items()):
+            out[f"dp_balance/{stage}/rank{dp_rank}"] = load
+        mean = sum(loads.values()) / len(loads)
+        out[f"dp_balance/{stage}/rank_imbalance"] = max(loads.values()) / mean - 1 if mean > 0 else 0.0
+    return out
+
+
 class RayGRPOTrainer(RayBaseTrainer):
-    def __init__(self, actor_worker, ref_worker=None, reward_list=None, dock_kwargs=None,
-                 logger: MetricsLogger = None, epochs: int = 1, mini_batch_size: int = None, **kwargs):
+    def __init__(self, actor_worker, ref_worker=None, reward_list=None, logger: MetricsLogger = None,
+                 train_iters: int = None, max_prompt_length: int = None, **kwargs):
         super().__init__(actor_worker, ref_worker or actor_worker, reward_list, **kwargs)
-        self.dock_kwargs = dock_kwargs or {}
         self.logger = logger or MetricsLogger()
-        self.total_rows = self.global_batch_size * self.n_samples_per_prompt
-        mini = mini_batch_size or self.total_rows
-        self.skip_actor_log_prob = mini == self.total_rows and epochs == 1
-        # workers build a reference model when the initial KL coefficient is positive
-        self.uses_reference = self.kl_ctrl.value > 0
+        self.train_iters = train_iters if train_iters is not None else self.run_plan.train_iters
+        self.max_prompt_length = max_prompt_length
         self.history: List[Dict[str, float]] = []
         self.transfer_dock = None
         self.transfer_dock_init()
 
     def transfer_dock_init(self):
-        self.transfer_dock = GRPOTransferDock.remote(self.global_batch_size, self.n_samples_per_prompt,
+        plan = self.run_plan
+        self.transfer_dock = GRPOTransferDock.remote(plan.prompts_per_round, plan.n_samples,
                                                      addition_columns=self.dataset_additional_keys,
-                                                     **self.dock_kwargs)
+                                                     run_plan=plan)
         self.actor_worker.sync_init_transfer_dock(self.transfer_dock)
 
     def fit(self, data_iters: Iterator[dict]) -> List[Dict[str, float]]:
-        td = self.transfer_dock
+        td, plan = self.transfer_dock, self.run_plan
+        rows = plan.rows_per_round
         bar = tqdm(range(1, self.train_iters + 1), desc="GRPO", disable=None)
         for iteration in bar:
             start = time.perf_counter()
             ray.get(td.clear.remote())
             ray.get(td.put_prompts_experience.remote(self._checked(next(data_iters)), self.dataset_additional_keys))
-            results = []
-            results += self.actor_worker.generate_sequences(blocking=True)
+            results = list(self.actor_worker.generate_sequences())
             metrics = {}
             for reward in self.reward_list:
-                metrics.update(compute_rule_reward(td, reward, self.total_rows))
-            compute_advantage(td, self.n_samples_per_prompt, self.total_rows, self.adv_estimator)
-            if self.uses_reference:
-                results += self.ref_worker.compute_ref_log_prob(blocking=True)
-            if not self.skip_actor_log_prob:
-                results += self.actor_worker.compute_log_prob(blocking=True)
-            updates = self.actor_worker.update(self.kl_ctrl.value, self.skip_actor_log_prob)
+                metrics.update(compute_rule_reward(td, reward, rows))
+            compute_advantage(td, plan.n_samples, rows, self.adv_estimator)
+            if plan.uses_reference:
+                results += self.ref_worker.compute_ref_log_prob()
+            if plan.computes_old_log_prob:
+                results += self.actor_worker.compute_log_prob()
+            updates = self.actor_worker.update(self.kl_ctrl.value)
             results += updates
             metrics.update({k: float(np.mean([u[k] for u in updates])) for k in updates[0]
                             if k.startswith("actor/")})
             metrics.update(rank_timing_metrics(results))
-            metrics.update(compute_grpo_data_metrics(td, self.total_rows))
+            metrics.update(rank_balance_metrics(results))
+            metrics.update(compute_grpo_data_metrics(td, rows))
             metrics.update(ray.get(td.get_metrics.remote()).compute())
             self.logger.log_balance(iteration, ray.get(td.get_balance_history.remote()))
             metrics["timing/iteration"] = time.perf_counter() - start
-            self.kl_ctrl.update(metrics.get("actor/kl", 0.0), self.total_rows)
+            self.kl_ctrl.update(metrics.get("actor/kl", 0.0), rows)
             self.history.append(metrics)
             self.logger.log(iteration, metrics, self._summary(iteration, metrics))
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
-            if self.save_interval and iteration % self.save_interval == 0 and self.kwargs.get("save_dir"):
-                self.actor_worker.save_checkpoint(self.kwargs["save_dir"])
+            if self.save_interval and iteration % self.save_interval == 0 and self.save_dir:
+                self.actor_worker.save_checkpoint(self.save_dir)
         return self.history
 
     def _checked(self, batch: dict) -> dict:
         """Reject prompts longer than ``max_prompt_length`` (naming the row)."""
-        limit = self.kwargs.get("max_prompt_length")
+        limit = self.max_prompt_length
         if limit:
             for row, prompt in enumerate(batch["prompts"]):
                 if prompt.numel() > limit:
@@ -97,10 +109,10 @@ class RayGRPOTrainer(RayBaseTrainer):
         def get(key, fmt="{:.3f}"):
             return fmt.format(m[key]) if key in m else "-"
         balance = " ".join(
-            f"{stage}:imb={get(f'dp_balance/{stage}/imbalance', '{:.2%}')}"
+            f"{stage}:imb={get(f'dp_balance/{stage}/rank_imbalance', '{:.2%}')}"
             f"(random {get(f'dp_balance/{stage}/imbalance_random', '{:.2%}')})"
             for stage in ("ref_log_prob", "actor_log_prob", "actor_train")
-            if f"dp_balance/{stage}/imbalance" in m)
+            if f"dp_balance/{stage}/rank_imbalance" in m)
         return (f"iter {iteration}: reward={get('reward/mean')} resp_len={get('response_length/mean', '{:.2f}')} "
                 f"loss={get('actor/pg_loss', '{:.4f}')} kl={get('actor/kl', '{:.4f}')} "
                 f"update max/min rank s={get('timing/update/max', '{:.2f}')}/{get('timing/update/min', '{:.2f}')} "

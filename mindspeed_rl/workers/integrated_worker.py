@@ -27,22 +27,24 @@ class IntegratedWorker(BaseWorker):
         cfg, rl = self.megatron_config, self.rl_config
         half = torch.bfloat16 if cfg.bf16 and self.device.type != "cpu" else None
         common = dict(device=self.device, use_remove_padding=rl.use_remove_padding, seed=rl.seed,
-                      pad_id=pad_id, attn_implementation=self._attention())
+                      pad_id=pad_id, attn_implementation=self._attention(),
+                      trust_remote_code=self.generate_config.trust_remote_code)
         # actor: fp32 master weights, bf16 compute; reference: frozen bf16 weights
         self.actor = CausalLMEngine(model_path, trainable=True, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                    betas=(cfg.adam_beta1, cfg.adam_beta2), clip_grad=cfg.clip_grad,
+                                    betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                                    clip_grad=cfg.clip_grad,
                                     process_group=self.parallel_state.dp_group, dtype=torch.float32,
                                     autocast_dtype=half, lr_schedule=self._lr_schedule(), **common)
         self.ref = CausalLMEngine(model_path, trainable=False, dtype=half or torch.float32,
-                                  **common) if self._needs_ref() else None
+                                  **common) if self.run_plan.uses_reference else None
         self.eos_id, self.pad_id = eos_id, pad_id
         self._generate_calls = 0
         return self.rank
 
     def _lr_schedule(self):
-        """Per optimizer step: train_iters x mini-batches per iteration x epochs steps in all."""
-        cfg, rl = self.megatron_config, self.rl_config
-        total = cfg.train_iters * (self._total_rows() // rl.mini_batch_size) * rl.epochs
+        """Per optimizer step, over the run plan's optimizer steps."""
+        cfg = self.megatron_config
+        total = self.run_plan.optimizer_steps
         warmup = int(cfg.lr_warmup_fraction * total)
         return functools.partial(lr_at, base_lr=cfg.lr, min_lr=cfg.min_lr, total_steps=total,
                                  warmup_steps=warmup, style=cfg.lr_decay_style)
@@ -52,9 +54,6 @@ class IntegratedWorker(BaseWorker):
         if not (self.megatron_config.use_flash_attn and self.device.type == "cuda"):
             return None
         return "flash_attention_2" if importlib.util.find_spec("flash_attn") else None
-
-    def _needs_ref(self) -> bool:
-        return self.rl_config.init_kl_coef > 0
 
     # ------------------------------------------------------------ micro-batches
 
@@ -81,73 +80,52 @@ class IntegratedWorker(BaseWorker):
     def generate_sequences(self) -> Dict[str, float]:
         start = time.perf_counter()
         sampling = self.generate_config.sampling_config
-        count = self._dispatch(self.rl_config.actor_rollout_dispatch_size)
-        for batch, index in self.iterate_stage("actor_rollout", ["prompts"], count, get_n_samples=False):
-            seed = self.rl_config.seed + 7919 * self.parallel_state.dp_rank + self._generate_calls
+        base = sampling["seed"] if sampling["seed"] is not None else self.rl_config.seed
+        for batch, index in self.iterate_stage("actor_rollout", ["prompts"]):
+            seed = base + 7919 * self.parallel_state.dp_rank + self._generate_calls
             self._generate_calls += 1
             responses = self.actor.generate(batch["prompts"], max_new_tokens=sampling["max_tokens"],
                                             temperature=sampling["temperature"], top_p=sampling["top_p"],
-                                            top_k=max(0, sampling["top_k"]), eos_id=self.eos_id, pad_id=self.pad_id,
-                                            seed=seed)
+                                            top_k=max(0, sampling["top_k"]), min_p=sampling["min_p"],
+                                            eos_id=self.eos_id, pad_id=self.pad_id, seed=seed)
             lengths = [torch.tensor([r.numel()], dtype=torch.int32) for r in responses]
             self.collect_transfer_dock_data({"responses": responses, "response_length": lengths}, index)
         return self._timing("rollout", start)
 
-    def _log_prob_stage(self, stage: str, engine, out_column: str, dispatch_size, forward_mbs):
+    def _log_prob_stage(self, stage: str, engine, out_column: str, forward_mbs):
         start = time.perf_counter()
-        tokens = 0
-        for batch, index in self.iterate_stage(stage, SEQ_COLUMNS, dispatch_size,
-                                               max_batches=self._requests_per_rank(dispatch_size)):
+        lengths_seen = []
+        for batch, index in self.iterate_stage(stage, SEQ_COLUMNS):
             lengths = _lengths(batch)
-            tokens += sum(lengths)
+            lengths_seen += lengths
             parts = self._micro_batches(lengths, forward_mbs, sync=False)
             log_probs, _ = engine.log_probs(batch["prompts"], batch["responses"], parts,
                                             temperature=self._temperature())
             self.collect_transfer_dock_data({out_column: log_probs}, index)
-        return self._timing(stage, start, tokens)
+        return self._timing(stage, start, lengths_seen)
 
     def compute_ref_log_prob(self) -> Dict[str, float]:
-        rl = self.rl_config
-        return self._log_prob_stage("ref_log_prob", self.ref, "ref_log_prob", self._dispatch(rl.ref_dispatch_size),
-                                    rl.ref_forward_micro_batch_size)
+        return self._log_prob_stage("ref_log_prob", self.ref, "ref_log_prob", self.rl_config.ref_forward_micro_batch_size)
 
     def compute_log_prob(self) -> Dict[str, float]:
-        rl = self.rl_config
         return self._log_prob_stage("actor_log_prob", self.actor, "old_log_prob",
-                                    self._dispatch(rl.actor_logprob_dispatch_size), rl.actor_forward_micro_batch_size)
+                                    self.rl_config.actor_forward_micro_batch_size)
 
-    def _total_rows(self) -> int:
-        return self.megatron_config.global_batch_size * self.rl_config.n_samples_per_prompt
-
-    def _dispatch(self, size) -> int:
-        """Rows per request: the config value (filled by validate_rl_args),
-        else this rank's share of the batch."""
-        return size or self._total_rows() // self.parallel_state.dp_size
-
-    def _requests_per_rank(self, rows_per_request: int) -> int:
-        """Each rank takes its own part of the plan's shares (no rank takes a
-        second share while another waits for its first)."""
-        shares = -(-self._total_rows() // rows_per_request)
-        return -(-shares // self.parallel_state.dp_size)
-
-    def update(self, kl_coef: float, skip_actor_log_prob: bool) -> Dict[str, float]:
-        """GRPO update: this rank's mini-batches (balanced shares from the dock),
-        ``epochs`` passes, one optimizer step per mini-batch."""
+    def update(self, kl_coef: float) -> Dict[str, float]:
+        """GRPO update: this rank's shares of the round (one per mini-batch,
+        balanced by the dock), ``epochs`` passes, one optimizer step per mini-batch."""
         start = time.perf_counter()
-        rl, ps = self.rl_config, self.parallel_state
-        total = self._total_rows()
-        per_rank = rl.mini_batch_size // ps.dp_size
-        columns = SEQ_COLUMNS + ["advantages"] + ([] if skip_actor_log_prob else ["old_log_prob"])
-        columns += ["ref_log_prob"] if self.ref is not None else []
-        batches = [b for b, _ in self.iterate_stage("actor_train", columns, per_rank,
-                                                   max_batches=total // rl.mini_batch_size)]
-        metrics, tokens = [], 0
-        for _ in range(rl.epochs):
+        plan = self.run_plan
+        on_policy = not plan.computes_old_log_prob
+        columns = SEQ_COLUMNS + ["advantages"] + ([] if on_policy else ["old_log_prob"])
+        columns += ["ref_log_prob"] if plan.uses_reference else []
+        batches = [b for b, _ in self.iterate_stage("actor_train", columns)]
+        metrics = []
+        for _ in range(plan.epochs):
             for batch in batches:
-                metrics.append(self._train_mini_batch(batch, kl_coef, skip_actor_log_prob))
-                tokens += sum(_lengths(batch))
+                metrics.append(self._train_mini_batch(batch, kl_coef, on_policy))
         out = {k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]} if metrics else {}
-        out.update(self._timing("update", start, tokens))
+        out.update(self._timing("update", start, [n for b in batches for n in _lengths(b)], consumer="actor_train"))
         return out
 
     def _train_mini_batch(self, batch, kl_coef, skip_actor_log_prob) -> Dict[str, float]:
@@ -181,9 +159,19 @@ class IntegratedWorker(BaseWorker):
         temperature = self.generate_config.sampling_config["temperature"]
         return float(temperature) if temperature and temperature > 0 else 1.0
 
-    def _timing(self, stage: str, start: float, tokens: int = 0) -> Dict[str, float]:
-        return {f"timing/{stage}": time.perf_counter() - start, f"tokens/{stage}": float(tokens),
-                "rank": float(self.rank)}
+    def _timing(self, stage: str, start: float, lengths: List[int] = (), consumer: str = None) -> Dict[str, float]:
+        """Stage time, tokens and workload (the balance objective) this rank
+        processed; the workload is keyed by the dock consumer of the stage."""
+        out = {f"timing/{stage}": time.perf_counter() - start, f"tokens/{stage}": float(sum(lengths)),
+               "rank": float(self.rank), "dp_rank": float(self.parallel_state.dp_rank),
+               "tp_rank": float(self.parallel_state.tp_rank)}
+        spec = self.run_plan.balance
+        if spec is not None and spec.objective == "flops":
+            load = float(spec.workload.cost(np.asarray(lengths, dtype=np.float64)).sum())
+        else:
+            load = float(sum(lengths))
+        out[f"load/{consumer or stage}"] = load
+        return out
 
     def save_checkpoint(self, path: str):
         if self.rank == 0:

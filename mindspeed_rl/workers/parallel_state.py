@@ -22,6 +22,11 @@ class ParallelState:
         if self.tp_size <= 0 or self.world_size % self.tp_size:
             raise ValueError(f"world size {self.world_size} is not divisible by tensor_model_parallel_size {self.tp_size}")
 
+    @classmethod
+    def from_layout(cls, rank: int, layout) -> "ParallelState":
+        """From the run plan's layout (the one place the layout is derived)."""
+        return cls(rank, layout.world_size, layout.tp)
+
     @property
     def dp_size(self) -> int:
         return self.world_size // self.tp_size

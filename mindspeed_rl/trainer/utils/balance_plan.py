@@ -1,14 +1,25 @@
-"""One DP-balance plan per consumer per round, served share by share.
+"""One DP-balance plan per consumer per round.
 
-The first request that finds the consumer without a plan partitions the whole
-ready pool (rows, or GRPO groups of n rows) into ``ceil(pool / count)``
-shares of near-equal workload, at most ``count`` units each and sizes within
-one unit of each other. Later requests of the same shape pop the remaining
-shares; a plan is rebuilt when it is used up, when a request of another shape
-comes, or when its rows were taken another way.
+A plan splits a pool of units (rows, or whole GRPO groups of n rows) into
+shares of near-equal workload. Two ways to serve it:
+
+- ``make_plan`` returns the whole split; the caller binds share ``s`` to a
+  DP rank (our dock: rank r gets shares r, r + dp, ...), so which rank gets
+  which rows never depends on timing.
+- ``next_share`` serves shares first come, first served (upstream's API):
+  the first request plans over the ready pool, later requests of the same
+  shape pop the remaining shares. A plan is rebuilt when it is used up, when
+  a request of another shape comes, when one of its shares is no longer
+  usable, or after ``drop``.
+
+``exact_shares`` plans over the largest multiple of the request size (the
+rest joins the next plan), for callers that need exactly ``needed`` units per
+share; otherwise the whole pool is split and sizes differ by at most one.
+A plan that is not balanced is a random equal-size split, seeded per round;
+its loads are recorded all the same, so balance on and off compare directly.
 """
 from collections import deque
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -17,10 +28,13 @@ from torch import Tensor
 from mindspeed_rl.utils.seqlen_balancing import METHODS, get_seqlen_balanced_partitions
 from mindspeed_rl.utils.workload import OBJECTIVES, WorkloadModel
 
+# unit_lengths(units) -> int tensor (len(units), rows_per_unit) of token counts
+UnitLengths = Callable[[Tensor], Tensor]
+
 
 class BalancePlanner:
     def __init__(self, objective: str = "tokens", workload_model: Optional[WorkloadModel] = None,
-                 method: str = "auto", seed: int = 1234):
+                 method: str = "auto", seed: int = 1234, exact_shares: bool = False):
         if objective not in OBJECTIVES:
             raise ValueError(f"balance objective must be one of {OBJECTIVES}, got {objective!r}")
         if objective == "flops" and workload_model is None:
@@ -28,66 +42,86 @@ class BalancePlanner:
         if method not in METHODS:
             raise ValueError(f"balance method must be one of {METHODS}, got {method!r}")
         self.objective, self.workload_model, self.method = objective, workload_model, method
-        self._rng = np.random.default_rng(seed)  # random-split baseline, seeded once
-        self.history = []  # per plan: consumer, per-share loads (ours and random), sizes
-        self.reset()
+        self.seed, self.exact_shares = seed, exact_shares
+        self.history: List[dict] = []  # per plan: consumer, per-share loads (served and random), sizes
+        self.reset(0)
 
-    def reset(self):
-        """Forget every plan (a new round)."""
-        self._plans: Dict[str, Tuple[Tuple[int, int], deque]] = {}
+    def reset(self, round_index: int = 0):
+        """Forget every plan; random splits of this round are seeded by (seed, round)."""
+        self._plans: Dict[str, tuple] = {}
+        self._rng = np.random.default_rng([self.seed, round_index])
 
-    def pop_history(self):
+    def drop(self, consumer: str):
+        """Forget the plan of ``consumer`` (its rows were taken another way)."""
+        self._plans.pop(consumer, None)
+
+    def pop_history(self) -> List[dict]:
         """Plans recorded since the last call (for reports), oldest first."""
         out, self.history = self.history, []
         return out
 
-    def drop(self, consumer: str):
-        self._plans.pop(consumer, None)
-
-    def next_share(self, consumer: str, usable: Tensor, needed: int, row_lengths: Callable[[], Tensor],
-                   unit: int, metrics) -> Tensor:
-        """Units (rows, or groups when ``unit`` > 1) for this request. A
-        stored plan serves only requests of the same shape (unit, count); the
-        dock drops a plan whose rows were taken another way."""
+    def next_share(self, consumer: str, usable: Tensor, needed: int, unit_lengths: UnitLengths,
+                   metrics=None, unit: int = 1) -> Optional[Tensor]:
+        """Units for one request of ``needed`` units, first come first served;
+        None when the pool is too small for an exact share."""
         key, plan = self._plans.get(consumer, (None, None))
         if plan and key == (unit, needed):
-            return plan.popleft()
-        plan = deque(self._make_plan(consumer, usable, needed, row_lengths(), unit, metrics))
+            share = plan.popleft()
+            if bool(torch.isin(share, usable).all()):
+                return share
+        self.drop(consumer)
+        shares = self.make_plan(consumer, usable, needed, unit_lengths, metrics)
+        if not shares:
+            return None
+        plan = deque(shares)
         self._plans[consumer] = ((unit, needed), plan)
         return plan.popleft()
 
-    def unit_costs(self, row_lengths: Tensor, unit: int, usable: Tensor) -> np.ndarray:
-        lengths = row_lengths.view(-1, unit)[usable].numpy()
+    def unit_costs(self, lengths: Tensor) -> np.ndarray:
+        """Workload per unit from its rows' token counts (units x rows)."""
+        lengths = lengths.to(torch.int64).numpy()
         if self.objective == "flops":
             return self.workload_model.cost(lengths).sum(axis=1)
         return lengths.sum(axis=1).astype(np.float64)
 
-    def _make_plan(self, consumer, usable, needed, row_lengths, unit, metrics):
-        costs = self.unit_costs(row_lengths, unit, usable)
-        n_shares = -(-usable.numel() // needed)
+    def make_plan(self, consumer: str, usable: Tensor, needed: int, unit_lengths: UnitLengths,
+                  metrics=None, balanced: bool = True) -> List[Tensor]:
+        """Split ``usable`` units into shares of at most ``needed`` units."""
+        total = usable.numel()
+        if needed <= 0 or total == 0 or (self.exact_shares and total < needed):
+            return []
+        n_shares = total // needed if self.exact_shares else -(-total // needed)
+        pool = usable[: n_shares * needed] if self.exact_shares else usable
+        costs = self.unit_costs(unit_lengths(pool))
         if n_shares == 1:
-            parts = [list(range(usable.numel()))]
+            parts = [np.arange(pool.numel())]
+        elif balanced:
+            parts = [np.asarray(p, dtype=np.int64) for p in get_seqlen_balanced_partitions(
+                costs, n_shares, equal_size=True, method=self.method)]
         else:
-            parts = get_seqlen_balanced_partitions(costs, n_shares, equal_size=True, method=self.method)
-        self._record(consumer, costs, parts, metrics)
-        order = torch.from_numpy(np.concatenate(parts).astype(np.int64))
-        return list(torch.split(usable[order], [len(p) for p in parts]))
+            parts = np.array_split(self._rng.permutation(pool.numel()), n_shares)
+        self._record(consumer, costs, parts, metrics, balanced)
+        return [pool[torch.from_numpy(p.astype(np.int64))] for p in parts]
 
-    def _record(self, consumer, costs, parts, metrics):
-        """Loads of this plan, and what a random split of the same pool gives."""
+    def _record(self, consumer, costs, parts, metrics, balanced):
+        """Loads of this plan, next to what a random split of the same pool gives."""
         sizes = np.array([len(p) for p in parts])
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        loads = np.add.reduceat(costs[np.concatenate(parts).astype(np.int64)], starts)
+        loads = np.add.reduceat(costs[np.concatenate(parts)], starts)
         random_loads = np.add.reduceat(costs[self._rng.permutation(costs.size)], starts)
         mean = costs.sum() / len(parts)
-        self.history.append({"consumer": consumer, "objective": self.objective, "loads": loads.tolist(),
-                             "random_loads": random_loads.tolist(), "sizes": sizes.tolist()})
+        self.history.append({"consumer": consumer, "objective": self.objective, "balanced": balanced,
+                             "loads": loads.tolist(), "random_loads": random_loads.tolist(),
+                             "sizes": sizes.tolist()})
+        if metrics is None:
+            return
         prefix = f"dp_balance/{consumer}"
-        metrics.update(value={
+        values = {
             f"{prefix}/imbalance": loads.max() / mean - 1 if mean > 0 else 0.0,
             f"{prefix}/imbalance_random": random_loads.max() / mean - 1 if mean > 0 else 0.0,
-            f"{prefix}/max_load": float(loads.max()),
-            f"{prefix}/min_load": float(loads.min()),
-            f"{prefix}/mean_load": float(mean),
-            f"{prefix}/shares": float(len(parts)),
-        }, cumulate=True)
+            f"{prefix}/max_load": loads.max(),
+            f"{prefix}/min_load": loads.min(),
+            f"{prefix}/mean_load": mean,
+            f"{prefix}/shares": len(parts),
+        }
+        metrics.update(value={k: [float(v)] for k, v in values.items()}, cumulate=True)

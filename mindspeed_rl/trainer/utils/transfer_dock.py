@@ -16,8 +16,7 @@ import torch
 from torch import Tensor
 
 from mindspeed_rl.trainer.utils.balance_plan import BalancePlanner
-from mindspeed_rl.trainer.utils.experience_packing import (  # noqa: F401  (re-exported, as upstream)
-    LENGTH_COLUMNS, pack_experience_columns, pad_experience, trans_input_to_experience, unpack_pad_experience)
+from mindspeed_rl.trainer.utils.experience_packing import LENGTH_COLUMNS, trans_input_to_experience
 from mindspeed_rl.utils.metrics import Metric
 
 DEFAULT_COLUMNS = [
@@ -169,7 +168,16 @@ class GRPOTransferDock(TransferDock):
                  addition_columns: Optional[List[str]] = None, addition_consumers: Optional[List[str]] = None,
                  timeout: Optional[float] = None, timeout_interval: Optional[float] = None,
                  balance_objective: str = "tokens", workload_model=None, balance_method: str = "auto",
-                 seed: int = 1234) -> None:
+                 seed: int = 1234, run_plan=None) -> None:
+        """``run_plan`` (config_cls.RunPlan) binds each stage's shares to DP
+        ranks (``get_rank_share``) and sets the balance spec, seed and data
+        timeout; the keyword settings are for use without a plan."""
+        if run_plan is not None:
+            spec = run_plan.balance
+            if spec is not None:
+                balance_objective, balance_method, workload_model = spec.objective, spec.method, spec.workload
+            seed, timeout = run_plan.seed, run_plan.timeouts.data_wait
+        self.run_plan = run_plan
         columns = list(DEFAULT_COLUMNS) + [c for c in addition_columns or [] if c not in DEFAULT_COLUMNS]
         self.experience_consumers = list(DEFAULT_CONSUMERS) + [
             c for c in addition_consumers or [] if c not in DEFAULT_CONSUMERS]
@@ -183,13 +191,19 @@ class GRPOTransferDock(TransferDock):
         self.consumer_sampling_lock = {c: threading.Lock() for c in self.experience_consumers}
         self.planner = BalancePlanner(objective=balance_objective, workload_model=workload_model,
                                       method=balance_method, seed=seed)
-        self._generator = torch.Generator().manual_seed(seed)  # random sampling, seeded once
+        self.seed = seed
+        self.round = 0
         self._reset_consumers()
 
     def _reset_consumers(self):
+        """Start a round: consumer progress, plans and rank shares forgotten;
+        random draws of the round are seeded by (seed, round)."""
         self.experience_consumer_status = {c: torch.zeros(self.max_len, dtype=torch.int32)
                                            for c in self.experience_consumers}
-        self.planner.reset()
+        self.planner.reset(self.round)
+        self._generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.round)
+        self._rank_shares: Dict[str, List[Tensor]] = {}
+        self._rank_served: Dict[str, List[int]] = {}
 
     def _check_consumer(self, consumer: str, action: str):
         if consumer not in self.experience_consumers:
@@ -269,6 +283,56 @@ class GRPOTransferDock(TransferDock):
         experience = self._get(experience_columns, rows, consumer)
         return dict(zip(experience_columns, experience)), rows.tolist()
 
+    def get_rank_share(self, consumer: str, experience_columns: List[str], dp_rank: int):
+        """The next share of ``consumer`` for DP rank ``dp_rank``, from the run
+        plan: ``(batch, indexes, False)``; ``(None, None, False)`` while the
+        round's rows are not all ready; ``(None, None, True)`` once the rank
+        has taken all its shares. Share s of the round's plan belongs to rank
+        s % dp, so which rank gets which rows never depends on timing."""
+        if self.run_plan is None:
+            raise ValueError("get_rank_share: this dock was built without a run_plan")
+        self._check_consumer(consumer, "get_rank_share")
+        if consumer not in self.run_plan.stages:
+            raise ValueError(f"get_rank_share: the run plan has no stage '{consumer}'; "
+                             f"it has {list(self.run_plan.stages)}")
+        self._check_columns(experience_columns, f"get_rank_share for '{consumer}'")
+        stage, dp = self.run_plan.stages[consumer], self.run_plan.layout.dp
+        if isinstance(dp_rank, bool) or not isinstance(dp_rank, int) or not 0 <= dp_rank < dp:
+            raise ValueError(f"get_rank_share for '{consumer}': dp_rank must be an int in [0, {dp}), got {dp_rank!r}")
+        with self.consumer_sampling_lock[consumer]:
+            served = self._rank_served.setdefault(consumer, [0] * dp)
+            if served[dp_rank] >= stage.shares_per_rank:
+                return None, None, True
+            shares = self._rank_shares.get(consumer) or self._plan_round(consumer, experience_columns, stage)
+            if shares is None:
+                return None, None, False
+            units = shares[served[dp_rank] * dp + dp_rank]
+            rows = (units[:, None] * stage.unit + torch.arange(stage.unit)).reshape(-1)
+            if bool((self.experience_consumer_status[consumer][rows] != 0).any()):
+                raise RuntimeError(f"get_rank_share for '{consumer}': rows of rank {dp_rank}'s share were "
+                                   f"taken outside the round's plan")
+            self.experience_consumer_status[consumer][rows] = 1
+            served[dp_rank] += 1
+        experience = self._get(experience_columns, rows, consumer)
+        return dict(zip(experience_columns, experience)), rows.tolist(), False
+
+    def _plan_round(self, consumer, columns, stage) -> Optional[List[Tensor]]:
+        """Split the whole round into the stage's shares once all its rows are ready."""
+        cost_columns = self.batch_seqlen_balance_mapper.get(consumer, ["prompt_length"])
+        wanted = list(dict.fromkeys(list(columns) + cost_columns))
+        if not all(bool((self.experience_data_status[c] == 1).all()) for c in wanted):
+            return None
+        units = torch.arange(self.max_len // stage.unit)
+        shares = self.planner.make_plan(consumer, units, stage.rows_per_share // stage.unit,
+                                        self._unit_lengths(consumer, stage.unit), self.metrics,
+                                        balanced=stage.balanced)
+        expected = self.run_plan.layout.dp * stage.shares_per_rank
+        if len(shares) != expected:
+            raise RuntimeError(f"get_rank_share for '{consumer}': the plan has {len(shares)} shares, "
+                               f"the run plan expects {expected}")
+        self._rank_shares[consumer] = shares
+        return shares
+
     def _check_count(self, consumer, count, get_n_samples):
         if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
             raise ValueError(f"get experience for '{consumer}': experience_count must be a positive int, got {count!r}")
@@ -295,7 +359,8 @@ class GRPOTransferDock(TransferDock):
             return None
         if balance:
             # every other way of taking this consumer's rows drops its plan, so shares stay unconsumed
-            units = self.planner.next_share(consumer, usable, needed, self._row_lengths, unit, self.metrics)
+            units = self.planner.next_share(consumer, usable, needed, self._unit_lengths(consumer, unit),
+                                            self.metrics, unit=unit)
         else:
             self.planner.drop(consumer)  # rows taken outside the plan make it stale
             units = usable[torch.randperm(usable.numel(), generator=self._generator)[:needed]]
@@ -303,9 +368,14 @@ class GRPOTransferDock(TransferDock):
         self.experience_consumer_status[consumer][rows] = 1
         return rows
 
-    def _row_lengths(self) -> Tensor:
-        """Prompt + response tokens per row, as one int64 tensor."""
-        return self.experience_lengths["prompt_length"] + self.experience_lengths["response_length"]
+    def _unit_lengths(self, consumer: str, unit: int):
+        """unit ids -> their rows' token counts (units x rows), from the consumer's cost columns."""
+        columns = self.batch_seqlen_balance_mapper.get(consumer, ["prompt_length"])
+
+        def lengths(units: Tensor) -> Tensor:
+            total = sum(self.experience_lengths[c] for c in columns)
+            return total.view(-1, unit)[units]
+        return lengths
 
     # ------------------------------------------------------------ status
 
@@ -315,6 +385,7 @@ class GRPOTransferDock(TransferDock):
 
     def clear(self):
         """Forget all rows, consumer progress, plans and metrics (next round)."""
+        self.round += 1
         self._reset_consumers()
         self.metrics.reset()
         self._clear_experience_data_and_status()

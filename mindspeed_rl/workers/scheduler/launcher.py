@@ -17,20 +17,21 @@ def _accelerator() -> Optional[str]:
 
 
 class RayActorGroup:
-    def __init__(self, worker: Type[BaseWorker], megatron_config, rl_config, generate_config,
-                 num_npus: Optional[int] = None, num_cpus_per_worker: Optional[float] = None,
-                 stage_timeout: Optional[float] = None, **kwargs):
-        """``stage_timeout`` bounds one command on the group (None: no bound;
-        a rank that fails or dies still ends the command at once)."""
+    def __init__(self, worker: Type[BaseWorker], megatron_config, rl_config, generate_config, run_plan,
+                 num_cpus_per_worker: Optional[float] = None, stage_timeout: Optional[float] = None, **kwargs):
+        """One worker per device of ``run_plan.layout``. ``stage_timeout``
+        bounds one command on the group (None: no bound; a rank that fails or
+        dies still ends the command at once)."""
         self.worker = worker
         self.megatron_config, self.rl_config, self.generate_config = megatron_config, rl_config, generate_config
-        self.world_size = int(num_npus or rl_config.actor_resource["num_npus"] or 1)
+        self.run_plan = run_plan
+        self.world_size = run_plan.layout.world_size
         self.stage_timeout = stage_timeout
         accel = _accelerator()
         cpus = num_cpus_per_worker if num_cpus_per_worker is not None else (1 if accel else 0.5)
         bundle = {"CPU": cpus, **({accel: 1} if accel else {})}
         self.placement_group = placement_group([dict(bundle) for _ in range(self.world_size)], strategy="PACK")
-        ray.get(self.placement_group.ready(), timeout=rl_config.td_timeout)
+        ray.get(self.placement_group.ready(), timeout=run_plan.timeouts.placement)
         remote_cls = ray.remote(worker)
         self.actors = []
         for rank in range(self.world_size):
@@ -41,10 +42,10 @@ class RayActorGroup:
             elif accel:
                 options["resources"] = {accel: 1}
             self.actors.append(remote_cls.options(**options).remote(
-                megatron_config, rl_config, generate_config, rank=rank, world_size=self.world_size, **kwargs))
+                megatron_config, rl_config, generate_config, rank=rank, world_size=self.world_size,
+                run_plan=run_plan, **kwargs))
         addr, port = self._wait([self.actors[0].get_master_addr_port.remote()], "get_master_addr_port")[0]
         self.execute_sync_command("init_distributed", addr, port)
-        self._pending: List[ray.ObjectRef] = []
 
     # ------------------------------------------------------------ running commands
 
@@ -87,23 +88,8 @@ class RayActorGroup:
                                         secondary(item[1]), item[0]))
         return failures[0]
 
-    def execute_async_command(self, method_name: str, *args, **kwargs) -> List[ray.ObjectRef]:
-        refs = [getattr(actor, method_name).remote(*args, **kwargs) for actor in self.actors]
-        self._pending.extend(refs)
-        return refs
-
     def execute_sync_command(self, method_name: str, *args, **kwargs) -> List[Any]:
         return self._wait([getattr(a, method_name).remote(*args, **kwargs) for a in self.actors], method_name)
-
-    def wait_all_ref_objs_run_over(self) -> List[Any]:
-        refs, self._pending = self._pending, []
-        return self._wait(refs, "pending commands") if refs else []
-
-    def _stage(self, name: str, blocking: bool, *args):
-        if blocking:
-            return self.execute_sync_command(name, *args)
-        self.execute_async_command(name, *args)
-        return None
 
     # ------------------------------------------------------------ upstream-named stages
 
@@ -113,17 +99,17 @@ class RayActorGroup:
     def initialize(self, *args):
         return self.execute_sync_command("initialize", *args)
 
-    def generate_sequences(self, blocking: bool = True):
-        return self._stage("generate_sequences", blocking)
+    def generate_sequences(self):
+        return self.execute_sync_command("generate_sequences")
 
-    def compute_ref_log_prob(self, blocking: bool = True):
-        return self._stage("compute_ref_log_prob", blocking)
+    def compute_ref_log_prob(self):
+        return self.execute_sync_command("compute_ref_log_prob")
 
-    def compute_log_prob(self, blocking: bool = True):
-        return self._stage("compute_log_prob", blocking)
+    def compute_log_prob(self):
+        return self.execute_sync_command("compute_log_prob")
 
-    def update(self, kl_coef: float, skip_actor_log_prob: bool):
-        return self.execute_sync_command("update", kl_coef, skip_actor_log_prob)
+    def update(self, kl_coef: float):
+        return self.execute_sync_command("update", kl_coef)
 
     def save_checkpoint(self, path: str):
         return self.execute_sync_command("save_checkpoint", path)[0]
