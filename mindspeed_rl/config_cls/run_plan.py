@@ -102,8 +102,9 @@ class RunPlan:
 
 
 def _check_layout(actor_config, rl_config, generate_config) -> Layout:
-    for key in ("pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size"):
-        value = getattr(actor_config, key)
+    for key, value in (("pipeline_model_parallel_size", actor_config.pipeline_model_parallel_size),
+                       ("context_parallel_size", actor_config.context_parallel_size),
+                       ("expert_model_parallel_size", actor_config.expert_model_parallel_size)):
         if value != 1:
             raise PlanError(f"actor_config.{key}={value} is not implemented; supported layouts: "
                             f"{SUPPORTED_LAYOUTS}")

@@ -30,7 +30,6 @@ KEYS: List[Key] = [
     Key("rl_config", "beta", WARN, "the KL weight is rl_config.init_kl_coef"),
     Key("rl_config", "num_samples_per_step", WARN, "no effect"),
     Key("rl_config", "advantage_whiten", ERROR, "advantages are always normalised within each GRPO group"),
-    Key("rl_config", "adv_estimator", ERROR, "only 'group_norm' is implemented"),
     Key("rl_config", "gamma", WARN, "group_norm advantages use no discount"),
     Key("rl_config", "lam", WARN, "group_norm advantages use no GAE"),
     Key("rl_config", "verifier_parallel", WARN, "rule verifiers run in the driver, one after another"),

@@ -20,6 +20,9 @@ def _check_rl_scalars(rl_config):
     if rl_config.dp_balance_method not in DP_BALANCE_METHODS:
         raise ValueError(f"rl_config.dp_balance_method must be one of "
                          f"{DP_BALANCE_METHODS}, got {rl_config.dp_balance_method!r}")
+    if rl_config.adv_estimator != "group_norm":
+        raise ValueError(f"rl_config.adv_estimator={rl_config.adv_estimator!r} is not implemented; "
+                         f"use 'group_norm'")
     if rl_config.n_samples_per_prompt < 1:
         raise ValueError(f"rl_config.n_samples_per_prompt must be >= 1, "
                          f"got {rl_config.n_samples_per_prompt}")

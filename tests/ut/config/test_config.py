@@ -47,8 +47,10 @@ def test_integrated_test_yaml_values():
     assert actor.max_prompt_length == 1024
     assert gen.sampling_config["top_p"] == 0.9
     assert gen.sampling_config["seed"] is None  # default kept by the merge
-    assert gen.data_parallel_size == 4  # 8 devices / infer TP 2
-    assert rl.actor_logprob_dispatch_size == 16  # 32 samples / DP 2
+    assert gen.data_parallel_size == 2  # rollout runs on the actor's layout: 8 devices / TP 4
+    assert rl.ref_dispatch_size == 16  # 32 samples / DP 2, copied from the run plan
+    assert run.plan.stages["ref_log_prob"].rows_per_share == 16
+    assert not run.plan.computes_old_log_prob  # one mini-batch, one epoch: on-policy
     assert run.extra["profiler_config"]["integrated"]["profile_ranks"] == [0, 1]
     assert run.extra["msprobe_config"]["dump_path"] == "./msprobe_dump"
 
@@ -184,7 +186,7 @@ def test_mini_batch_is_prompts_times_samples(mini, n):
 
 def _configs(rl=None, actor=None, gen=None):
     """A small valid setup: 2 devices, DP 2, 8 prompts x 4 samples."""
-    actor_cfg = MegatronConfig({"global_batch_size": 8, "seq_length": 32,
+    actor_cfg = MegatronConfig({"global_batch_size": 8, "seq_length": 32, "train_iters": 2,
                                 "micro_batch_size": 2, **(actor or {})}, {})
     rl_cfg = RLConfig({"n_samples_per_prompt": 4, "mini_batch_size": 4,
                        "max_prompt_length": 8, "actor_resource": {"num_npus": 2},
@@ -195,47 +197,56 @@ def _configs(rl=None, actor=None, gen=None):
 
 def test_validate_accepts_baseline_and_fills_derived():
     args = _configs()
-    validate_rl_args(*args)
+    plan = validate_rl_args(*args)
     rl, gen = args[3], args[4]
     assert rl.reference_resource == {"num_npus": 2}
-    assert gen.data_parallel_size == 2
+    assert gen.data_parallel_size == 2 == plan.layout.dp
     assert rl.actor_logprob_dispatch_size == 16 and rl.adv_dispatch_size == 32
+    assert plan.stages["actor_log_prob"].rows_per_share == 16
 
 
-@pytest.mark.parametrize("rl,actor,gen,dp,field", [
-    ({"use_dynamic_bsz": True, "max_packing_token_size": 0}, {}, {}, None,
-     "max_packing_token_size"),
-    ({"dp_balance_objective": "time"}, {}, {}, None, "dp_balance_objective"),
-    ({"dp_balance_method": "random"}, {}, {}, None, "dp_balance_method"),
-    ({"n_samples_per_prompt": 0}, {}, {}, None, "n_samples_per_prompt"),
-    ({"td_timeout": 0.0}, {}, {}, None, "td_timeout"),
-    ({"max_prompt_length": 0}, {}, {}, None, "max_prompt_length"),
-    ({"max_prompt_length": 64}, {}, {}, None, "max_prompt_length"),       # > seq_length
-    ({"mini_batch_size": 3}, {}, {}, None, "mini_batch_size"),            # 12 does not divide 32
-    ({"mini_batch_size": 1, "n_samples_per_prompt": 1}, {}, {}, 2,
-     "mini_batch_size"),                                                  # 1 sample over 2 ranks
-    ({"mini_batch_size": 2}, {"micro_batch_size": 8}, {}, None, "micro_batch_size"),
-    ({"reference_resource": {"num_npus": 2}}, {}, {}, None, "reference_resource"),
-    ({"reward_resource": {"num_npus": 2}}, {}, {}, None, "reward_resource"),
-    ({"use_integrated_worker": False, "integrated_mode_config": {}}, {}, {}, None,
-     "integrated_mode_config"),
-    ({"actor_resource": {"num_npus": 3}}, {"tensor_model_parallel_size": 2}, {}, None,
-     "tensor_model_parallel_size"),
-    ({"actor_resource": {"num_npus": 4}}, {}, {}, 3, "dp_size"),
-    ({}, {}, {"infer_tensor_parallel_size": 8}, None, "infer_tensor_parallel_size"),
-    ({}, {}, {"max_model_len": 16}, None, "max_model_len"),
-    ({"verifier_weight": [1.0, 2.0]}, {}, {}, None, "verifier_weight"),
-    ({"actor_logprob_dispatch_size": 5}, {}, {}, None, "actor_logprob_dispatch_size"),
-    ({}, {"global_batch_size": None}, {}, None, "global_batch_size"),
-    # a rank's mini-batch share must be whole GRPO groups: 4 prompts x 2 samples over 4 ranks
-    ({"mini_batch_size": 1, "n_samples_per_prompt": 2, "actor_resource": {"num_npus": 2}}, {}, {}, None,
-     "whole GRPO groups"),
-    ({"ref_dispatch_size": 2}, {}, {}, None, "ref_dispatch_size"),   # divides 32, not whole groups of 4
-    ({"use_dynamic_bsz": True, "max_packing_token_size": 12}, {}, {}, None, "max_packing_token_size"),
+@pytest.mark.parametrize("rl,actor,gen,field", [
+    ({"use_dynamic_bsz": True, "max_packing_token_size": 0}, {}, {}, "max_packing_token_size"),
+    ({"dp_balance_objective": "time"}, {}, {}, "dp_balance_objective"),
+    ({"dp_balance_method": "random"}, {}, {}, "dp_balance_method"),
+    ({"n_samples_per_prompt": 0}, {}, {}, "n_samples_per_prompt"),
+    ({"td_timeout": 0.0}, {}, {}, "td_timeout"),
+    ({"max_prompt_length": 0}, {}, {}, "max_prompt_length"),
+    ({"max_prompt_length": 64}, {}, {}, "max_prompt_length"),       # > seq_length
+    ({"mini_batch_size": 3}, {}, {}, "mini_batch_size"),            # 12 does not divide 32
+    ({"mini_batch_size": 1, "n_samples_per_prompt": 1, "actor_resource": {"num_npus": 2}},
+     {"global_batch_size": 3}, {}, "mini_batch_size"),              # 1 sample over 2 ranks
+    ({"mini_batch_size": 2}, {"micro_batch_size": 8}, {}, "micro_batch_size"),
+    ({"reference_resource": {"num_npus": 2}}, {}, {}, "reference_resource"),
+    ({"reward_resource": {"num_npus": 2}}, {}, {}, "reward_resource"),
+    ({"actor_resource": {"num_npus": 3}}, {"tensor_model_parallel_size": 2}, {}, "tensor_model_parallel_size"),
+    ({"actor_resource": {"num_npus": None}}, {}, {}, "num_npus"),
+    ({}, {"pipeline_model_parallel_size": 2}, {}, "pipeline_model_parallel_size"),
+    ({}, {"context_parallel_size": 2}, {}, "context_parallel_size"),
+    ({}, {}, {"infer_pipeline_parallel_size": 2}, "infer_pipeline_parallel_size"),
+    ({}, {}, {"data_parallel_size": 4}, "data_parallel_size"),
+    ({}, {}, {"max_model_len": 16}, "max_model_len"),
+    ({"verifier_weight": [1.0, 2.0]}, {}, {}, "verifier_weight"),
+    ({"actor_logprob_dispatch_size": 5}, {}, {}, "actor_logprob_dispatch_size"),
+    ({"actor_logprob_dispatch_size": 32}, {}, {}, "actor_logprob_dispatch_size"),  # 1 share for 2 ranks
+    ({"actor_update_dispatch_size": 4}, {}, {}, "actor_update_dispatch_size"),
+    ({}, {"global_batch_size": None}, {}, "global_batch_size"),
+    ({}, {"train_iters": 0}, {}, "train_iters"),
+    ({"epochs": 0}, {}, {}, "epochs"),
+    ({"use_dynamic_bsz": True, "max_packing_token_size": 12}, {}, {}, "max_packing_token_size"),
 ])
-def test_validate_rule_names_field(rl, actor, gen, dp, field):
+def test_validate_rule_names_field(rl, actor, gen, field):
     with pytest.raises(ValueError, match=field):
-        validate_rl_args(*_configs(rl, actor, gen), dp_size=dp)
+        validate_rl_args(*_configs(rl, actor, gen))
+
+
+def test_shares_need_not_be_whole_groups():
+    """Sample-level balance: a rank's share of a mini-batch may split GRPO groups
+    (advantages are in the dock before any DP stage runs)."""
+    plan = validate_rl_args(*_configs({"mini_batch_size": 1, "n_samples_per_prompt": 2}, {"micro_batch_size": 1}))
+    assert plan.stages["actor_train"].rows_per_share == 1 and plan.stages["actor_train"].unit == 1
+    plan = validate_rl_args(*_configs({"ref_dispatch_size": 2}))
+    assert plan.stages["ref_log_prob"].shares_per_rank == 8
 
 
 def test_validate_mini_batch_not_multiple_of_n():
@@ -246,7 +257,7 @@ def test_validate_mini_batch_not_multiple_of_n():
 
 
 def test_validate_does_not_demand_bf16():
-    validate_rl_args(*_configs(actor={"bf16": False}, gen={"dtype": "float32"}))
+    validate_rl_args(*_configs(actor={"bf16": False}))
 
 
 # ---------------------------------------------------------------- loader

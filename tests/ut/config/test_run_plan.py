@@ -1,0 +1,128 @@
+"""The run plan, the declared table of unimplemented keys and the model keys."""
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+
+from mindspeed_rl.config_cls import ConfigError, GenerateConfig, MegatronConfig, RLConfig, build_configs, load_config
+from mindspeed_rl.config_cls import model_arch, unimplemented
+from mindspeed_rl.config_cls.generate_config import SAMPLING_DEFAULTS
+
+ROOT = Path(__file__).resolve().parents[3]
+TINY = ROOT / "configs" / "grpo_tiny_cpu.yaml"
+
+
+def _build(*overrides):
+    return build_configs(load_config(TINY, list(overrides)))
+
+
+def test_tiny_plan_numbers():
+    plan = _build().plan
+    assert (plan.layout.world_size, plan.layout.dp, plan.layout.tp) == (2, 2, 1)
+    assert plan.rows_per_round == 32 and plan.mini_batches == 2
+    assert list(plan.stages) == ["actor_rollout", "ref_log_prob", "actor_log_prob", "actor_train"]
+    train = plan.stages["actor_train"]
+    assert (train.rows_per_share, train.shares_per_rank, train.balanced) == (8, 2, True)
+    assert plan.optimizer_steps == 4 * 2 * 1
+    assert plan.balance is not None and plan.balance.objective == "tokens"
+
+
+def test_plan_follows_configs():
+    plan = _build("rl_config.use_dp_batch_balance=false", "rl_config.init_kl_coef=0.0",
+                  "rl_config.mini_batch_size=8", "actor_config.tensor_model_parallel_size=2").plan
+    assert plan.balance is None and not plan.uses_reference
+    assert not plan.computes_old_log_prob  # one mini-batch, one epoch
+    assert (plan.layout.dp, plan.layout.tp) == (1, 2)
+    assert not plan.stages["actor_train"].balanced and plan.stages["actor_train"].rows_per_share == 32
+    assert _build("rl_config.epochs=2").plan.optimizer_steps == 4 * 2 * 2
+
+
+def test_flops_plan_has_the_model_workload():
+    spec = _build("rl_config.dp_balance_objective=flops").plan.balance
+    assert spec.workload is not None and spec.workload.quadratic > 0
+
+
+def test_pipeline_parallel_is_an_error_naming_the_key():
+    with pytest.raises(ValueError, match="pipeline_model_parallel_size=2 is not implemented"):
+        _build("actor_config.pipeline_model_parallel_size=2")
+
+
+# ---------------------------------------------------------------- unimplemented keys
+
+def test_table_key_warns_with_what_happens_instead():
+    with pytest.warns(UserWarning, match=r"rl_config.verifier_parallel=4 is not implemented: .*driver"):
+        _build("rl_config.verifier_parallel=4")
+
+
+def test_table_key_that_changes_results_is_an_error():
+    with pytest.raises(ValueError, match="adv_estimator"):
+        _build("rl_config.adv_estimator=gae")
+    with pytest.raises(ConfigError, match="use_integrated_worker"):
+        _build("rl_config.use_integrated_worker=false")
+
+
+def test_shipped_tiny_config_warns_nothing():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _build()
+
+
+def test_load_without_finetune_is_an_error_and_with_finetune_names_weights(tmp_path):
+    with pytest.raises(ConfigError, match="megatron_training.load"):
+        _build(f"megatron_training.load={tmp_path}")
+    run = _build(f"megatron_training.load={tmp_path}", "megatron_training.finetune=true")
+    assert run.actor_config.model_path == str(tmp_path)
+
+
+def _read_outside_config(key, texts):
+    # attribute reads (not method calls or module imports) or item reads
+    pattern = re.compile(r"(\.%s\b(?!\s*\()(?!\s+import)|\[[\"']%s[\"']\])" % (key, key))
+    return any(pattern.search(t) for t in texts)
+
+
+def test_every_key_does_something_or_is_declared():
+    """Each accepted key is read by code outside its class file, is an
+    architecture key, or sits in the unimplemented table (and then no
+    consumer outside config_cls reads it)."""
+    pkg = ROOT / "mindspeed_rl"
+    skip = {"base_config.py", "rl_config.py", "megatron_config.py", "generate_config.py",
+            "unimplemented.py"}
+    files = [p for p in list(pkg.rglob("*.py")) + list((ROOT / "cli").glob("*.py")) if p.name not in skip]
+    texts = [p.read_text() for p in files]
+    consumers = [p.read_text() for p in files if p.parent.name != "config_cls"]
+    declared = {k.name for k in unimplemented.KEYS}
+    keys = set(RLConfig().dict()) | set(MegatronConfig().dict()) | set(GenerateConfig().dict()) | set(SAMPLING_DEFAULTS)
+    inert = sorted(k for k in keys - declared - set(model_arch.ARCH_KEYS) if not _read_outside_config(k, texts))
+    assert inert == []
+    # names that are also common attributes (tensor.dtype, engine.optimizer) cannot be told apart here
+    collide = {"dtype", "optimizer"}
+    stale = sorted(k for k in declared - collide if _read_outside_config(k, consumers))
+    assert stale == []
+
+
+def test_readme_table_is_generated_from_the_table():
+    readme = (ROOT / "README.md").read_text()
+    start, end = "<!-- keys-table:start -->\n", "\n<!-- keys-table:end -->"
+    assert readme[readme.index(start) + len(start):readme.index(end)] == unimplemented.markdown_table()
+
+
+# ---------------------------------------------------------------- model keys
+
+def test_model_keys_build_the_tiny_checkpoint(tmp_path):
+    from mindspeed_rl.models.tiny_model import build_tiny_checkpoint
+    from transformers import AutoConfig
+    actor = _build().actor_config
+    path = build_tiny_checkpoint(tmp_path / "m", **model_arch.hf_config_kwargs(actor))
+    cfg = AutoConfig.from_pretrained(path)
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_key_value_heads) == (2, 64, 2)
+    assert cfg.tie_word_embeddings is True  # tiny_qwen2.yaml: untie_embeddings_and_output_weights: false
+    model_arch.check_against_checkpoint(actor, path)
+    actor.untie_embeddings_and_output_weights = True
+    with pytest.raises(ValueError, match="tie_word_embeddings=False"):
+        model_arch.check_against_checkpoint(actor, path)
+
+
+def test_model_key_the_hf_model_cannot_take_is_refused():
+    with pytest.raises(ConfigError, match="normalization"):
+        _build("model.tiny_qwen2.normalization=LayerNorm")
