@@ -26,7 +26,7 @@ def test_dp2_balance_on_runs_and_logs_balance(tiny_model, tmp_path):
             assert {f"timing/{stage}/rank0", f"timing/{stage}/rank1"} <= set(m)
         for stage in ("ref_log_prob", "actor_log_prob", "actor_train"):
             assert m[f"dp_balance/{stage}/shares"] >= 2
-        assert np.isfinite(m["actor/pg_loss"]) and m["actor/grad_norm"] >= 0
+        assert np.isfinite(m["actor/pg_loss"]) and m["actor/grad_norm"] > 0
     # balanced shares are never worse than a random split of the same pool
     stages = ("ref_log_prob", "actor_log_prob", "actor_train")
     ours = np.mean([m[f"dp_balance/{s}/imbalance"] for m in history for s in stages])
@@ -35,10 +35,25 @@ def test_dp2_balance_on_runs_and_logs_balance(tiny_model, tmp_path):
     rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
     assert [r["iteration"] for r in rows] == [1, 2]
     plans = [json.loads(line) for line in open(tmp_path / "balance.jsonl")]
-    assert {p["consumer"] for p in plans} == set(stages)
+    assert {p["consumer"] for p in plans} == set(stages) | {"actor_rollout"}
     for p in plans:
         assert len(p["loads"]) == len(p["random_loads"]) == len(p["sizes"]) >= 2
         assert sum(p["loads"]) == pytest.approx(sum(p["random_loads"]))
+    _ranks_processed_their_shares(history, plans, stages)
+
+
+def _ranks_processed_their_shares(history, plans, stages, dp=2):
+    """What DP rank r processed (reported by the worker) is the sum of the
+    plan's shares r, r + dp, ... (shares bound to ranks, not first come)."""
+    for stage in stages:
+        stage_plans = [p for p in plans if p["consumer"] == stage]
+        assert len(stage_plans) == len(history)
+        for m, plan in zip(history, stage_plans):
+            loads = plan["loads"]
+            for r in range(dp):
+                assert m[f"dp_balance/{stage}/rank{r}"] == pytest.approx(sum(loads[r::dp]))
+            per_rank = [sum(loads[r::dp]) for r in range(dp)]
+            assert m[f"dp_balance/{stage}/rank_imbalance"] == pytest.approx(max(per_rank) / np.mean(per_rank) - 1)
 
 
 def test_tensor_parallel_group_of_two_shares_one_dock_stream(tiny_model, tmp_path):
@@ -52,8 +67,10 @@ def test_tensor_parallel_group_of_two_shares_one_dock_stream(tiny_model, tmp_pat
     assert m["tokens/update/rank0"] == m["tokens/update/rank1"]
 
 
-def test_balance_off_serves_random_shares(tiny_model, tmp_path):
+def test_balance_off_serves_random_shares_and_logs_their_imbalance(tiny_model, tmp_path):
     history = run(CONFIG, ["megatron_training.train_iters=1", "rl_config.use_dp_batch_balance=false"],
                   str(tmp_path), tiny_model)
-    assert not any(k.startswith("dp_balance/") for k in history[0])
+    plans = [json.loads(line) for line in open(tmp_path / "balance.jsonl")]
+    assert not any(p["balanced"] for p in plans)
+    _ranks_processed_their_shares(history, plans, ("ref_log_prob", "actor_log_prob", "actor_train"))
     assert history[0]["tokens/update/rank0"] > 0

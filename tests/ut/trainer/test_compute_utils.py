@@ -1,7 +1,8 @@
 import pytest
 
 from mindspeed_rl.trainer.base import RayBaseTrainer
-from mindspeed_rl.trainer.grpo_trainer_hybrid import rank_timing_metrics
+from mindspeed_rl.config_cls.run_plan import Layout, RunPlan
+from mindspeed_rl.trainer.grpo_trainer_hybrid import rank_balance_metrics, rank_timing_metrics
 from mindspeed_rl.trainer.utils.compute_utils import AdaptiveKLController, FixedKLController
 
 
@@ -28,8 +29,21 @@ def test_adaptive_kl_never_goes_negative_on_large_batches():
 
 
 def test_trainer_rejects_unknown_kl_control():
+    plan = RunPlan(Layout(1, 1, 1), prompts_per_round=1, n_samples=1, mini_batch_rows=1, epochs=1, train_iters=1)
     with pytest.raises(ValueError, match="kl_ctrl_type"):
-        RayBaseTrainer(kl_ctrl_type="pid")
+        RayBaseTrainer(run_plan=plan, kl_ctrl_type="pid")
+    with pytest.raises(ValueError, match="run_plan"):
+        RayBaseTrainer()
+
+
+def test_rank_balance_metrics_count_tp_sources_only():
+    results = [{"load/actor_train": 30.0, "rank": 0.0, "dp_rank": 0.0, "tp_rank": 0.0},
+               {"load/actor_train": 30.0, "rank": 1.0, "dp_rank": 0.0, "tp_rank": 1.0},
+               {"load/actor_train": 10.0, "rank": 2.0, "dp_rank": 1.0, "tp_rank": 0.0},
+               {"load/actor_train": 10.0, "rank": 3.0, "dp_rank": 1.0, "tp_rank": 1.0}]
+    out = rank_balance_metrics(results)
+    assert out["dp_balance/actor_train/rank0"] == 30.0 and out["dp_balance/actor_train/rank1"] == 10.0
+    assert out["dp_balance/actor_train/rank_imbalance"] == pytest.approx(30 / 20 - 1)
 
 
 def test_rank_timing_metrics_per_rank_and_extremes():
