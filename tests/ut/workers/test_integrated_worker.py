@@ -1,0 +1,198 @@
+"""IntegratedWorker stages against an in-process dock, with a recording engine.
+
+Two workers (DP ranks 0 and 1) run in this process without a process group;
+each one's collectives are no-ops. Each test pins one behaviour so that
+breaking it in the worker, trainer stages or dock makes the test fail.
+"""
+import math
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+
+import mindspeed_rl.workers.integrated_worker as iw
+from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
+from mindspeed_rl.models.lr_schedule import lr_at
+from mindspeed_rl.trainer.utils.compute_utils import compute_advantage, compute_rule_reward
+from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+from mindspeed_rl.workers.parallel_state import ParallelState
+
+TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
+Dock = GRPOTransferDock.__ray_actor_class__
+
+
+class Local:
+    """`handle.method.remote(...)` runs the method in-process (ray.get is patched to identity)."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __getattr__(self, name):
+        method = getattr(self.obj, name)
+        return type("Remote", (), {"remote": staticmethod(method)})
+
+
+class RecordingEngine:
+    """Stands in for CausalLMEngine: records calls; log-probs depend on temperature."""
+
+    def __init__(self, *args, **kwargs):
+        self.kwargs = kwargs
+        self.calls = []
+
+    def log_probs(self, prompts, responses, micro_batches, with_entropy=False, temperature=1.0):
+        self.calls.append(("log_probs", [p.clone() for p in prompts], temperature))
+        return [torch.full((r.numel(),), -1.0 / temperature) for r in responses], None
+
+    def train_step(self, prompts, responses, micro_batches, loss_fn, token_count, dp_size=1,
+                   with_entropy=True, temperature=1.0):
+        loss = 0.0
+        for idx in micro_batches:
+            lps = [torch.full((responses[i].numel(),), -0.5) for i in idx]
+            value, _ = loss_fn(idx, lps, None)
+            loss += float(value)
+        self.calls.append(("train_step", [p.clone() for p in prompts], temperature, loss))
+        return {"actor/pg_loss": loss}
+
+    def generate(self, prompts, max_new_tokens, **kwargs):
+        self.calls.append(("generate", kwargs))
+        return [torch.arange(1 + int(p.sum()) % max_new_tokens) + 1 for p in prompts]
+
+
+@pytest.fixture
+def local(monkeypatch):
+    monkeypatch.setattr(ray, "get", lambda value, **_: value)
+    monkeypatch.setattr(iw, "CausalLMEngine", RecordingEngine)
+
+
+def _setup(*overrides):
+    cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused", *overrides]))
+    plan = cfgs.plan
+    dock = Dock(plan.prompts_per_round, plan.n_samples, addition_columns=["labels"], run_plan=plan)
+    workers = []
+    for rank in range(plan.layout.world_size):
+        w = iw.IntegratedWorker(cfgs.actor_config, cfgs.rl_config, cfgs.generate_config, rank=rank,
+                                world_size=plan.layout.world_size, run_plan=plan)
+        w.parallel_state = ParallelState.from_layout(rank, plan.layout)
+        w.init_transfer_dock(Local(dock))
+        w.initialize("/unused", eos_id=13, pad_id=14)
+        workers.append(w)
+    return cfgs, dock, workers
+
+
+def _fill(dock, plan, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, 9, (int(n),)) for n in torch.randint(2, 8, (plan.prompts_per_round,), generator=gen)]
+    dock.put_prompts_experience({"prompts": prompts, "labels": [torch.tensor([i]) for i in range(len(prompts))]},
+                                ["labels"])
+    rows = list(range(plan.rows_per_round))
+    lengths = torch.randint(1, 10, (len(rows),), generator=gen)
+    dock.put_experience({"responses": [torch.ones(int(n), dtype=torch.long) for n in lengths],
+                         "response_length": [n.reshape(1) for n in lengths]}, rows)
+    dock.put_experience({"advantages": [torch.tensor([float(i % 3) - 1]) for i in rows],
+                         "ref_log_prob": [torch.full((int(n),), -2.0) for n in lengths],
+                         "old_log_prob": [torch.full((int(n),), -0.5) for n in lengths]}, rows)
+
+
+def _seen_rows(dock, worker, kind):
+    """Rows (by prompt identity) a worker's engine was given."""
+    return [call[1] for call in worker.actor.calls if call[0] == kind]
+
+
+def test_each_rank_processes_exactly_its_plan_shares(local):
+    cfgs, dock, (w0, w1) = _setup()
+    plan = cfgs.plan
+    _fill(dock, plan)
+    # rank 1 asks first: shares still go by rank, not by arrival
+    r1 = w1.compute_log_prob()
+    r0 = w0.compute_log_prob()
+    shares = dock._rank_shares["actor_log_prob"]
+    lengths = (dock.experience_lengths["prompt_length"] + dock.experience_lengths["response_length"]).numpy()
+    for worker, result, rank in ((w0, r0, 0), (w1, r1, 1)):
+        mine = torch.cat(shares[rank::plan.layout.dp])
+        assert result["load/actor_log_prob"] == lengths[mine.numpy()].sum()
+        seen = [p for call in _seen_rows(dock, worker, "log_probs") for p in call]
+        expected = [dock.experience_data["prompts"][int(r)] for r in mine]
+        assert len(seen) == len(expected) and all(torch.equal(a, b) for a, b in zip(seen, expected))
+    assert bool((dock.experience_data_status["old_log_prob"] == 1).all())
+
+
+def test_log_probs_use_the_sampling_temperature(local):
+    cfgs, dock, (w0, w1) = _setup("generate_config.sampling_config.temperature=0.5")
+    _fill(dock, cfgs.plan)
+    w0.compute_log_prob()
+    w0.update(kl_coef=0.0)
+    temps = [call[2] for call in w0.actor.calls if call[0] in ("log_probs", "train_step")]
+    assert temps and all(t == 0.5 for t in temps)
+    rows = [i for i, s in enumerate(dock.experience_consumer_status["actor_log_prob"]) if s]
+    assert all(float(dock.experience_data["old_log_prob"][r][0]) == -2.0 for r in rows)  # -1 / 0.5
+
+
+def test_kl_coefficient_reaches_the_loss(local):
+    losses = []
+    for coef in (0.0, 0.5):
+        cfgs, dock, (w0, _) = _setup()
+        _fill(dock, cfgs.plan)
+        w0.update(kl_coef=coef)
+        losses.append(sum(call[3] for call in w0.actor.calls if call[0] == "train_step"))
+    # policy -0.5 vs reference -2.0 on every token: the KL term is strictly positive
+    assert losses[1] > losses[0] + 1e-3
+
+
+def test_epochs_repeat_the_rank_mini_batches(local):
+    for epochs in (1, 3):
+        cfgs, dock, (w0, _) = _setup(f"rl_config.epochs={epochs}")
+        _fill(dock, cfgs.plan)
+        w0.update(kl_coef=0.0)
+        steps = [c for c in w0.actor.calls if c[0] == "train_step"]
+        assert len(steps) == cfgs.plan.mini_batches * epochs
+        # every epoch trains on the same shares, in the same order
+        per_epoch = [torch.cat(c[1]) for c in steps]
+        assert all(torch.equal(per_epoch[i], per_epoch[i % cfgs.plan.mini_batches]) for i in range(len(steps)))
+
+
+def test_lr_schedule_spans_the_run_plan_optimizer_steps(local):
+    cfgs, _, (w0, _) = _setup("actor_config.lr_decay_style=cosine", "actor_config.min_lr=1.0e-5",
+                              "actor_config.lr_warmup_fraction=0.25", "rl_config.epochs=2")
+    schedule = w0.actor.kwargs["lr_schedule"]
+    total = cfgs.plan.optimizer_steps
+    assert total == 4 * 2 * 2
+    for step in range(total + 1):
+        want = lr_at(step, base_lr=1e-3, min_lr=1e-5, total_steps=total, warmup_steps=4, style="cosine")
+        assert math.isclose(schedule(step), want)
+    assert w0.actor.kwargs["eps"] == cfgs.actor_config.adam_eps
+
+
+def test_rollout_uses_sampling_settings(local):
+    cfgs, dock, (w0, w1) = _setup("generate_config.sampling_config.min_p=0.05",
+                                  "generate_config.sampling_config.top_p=0.9")
+    plan = cfgs.plan
+    dock.put_prompts_experience({"prompts": [torch.tensor([1, 2, i]) for i in range(plan.prompts_per_round)]})
+    w0.generate_sequences()
+    w1.generate_sequences()
+    kwargs = [c[1] for w in (w0, w1) for c in w.actor.calls if c[0] == "generate"]
+    assert all(k["min_p"] == 0.05 and k["top_p"] == 0.9 and k["temperature"] == 1.0 for k in kwargs)
+    assert bool((dock.experience_data_status["responses"] == 1).all())
+
+
+def test_reward_and_group_normalised_advantage_stages(local):
+    cfgs, dock, _ = _setup()
+    plan = cfgs.plan
+    _fill(dock, plan)
+    rows = plan.rows_per_round
+
+    def reward(responses, labels):  # a score that differs within each group
+        return torch.tensor([float(r.numel()) for r in responses])
+
+    metrics = compute_rule_reward(Local(dock), reward, rows)
+    scores = torch.tensor([float(r.numel()) for r in dock.experience_data["responses"]])
+    assert torch.equal(torch.cat([s.reshape(1) for s in dock.experience_data["rm_scores"]]), scores)
+    assert metrics["reward/mean"] == pytest.approx(float(scores.mean()))
+    dock.experience_data_status["advantages"][:] = 0
+    compute_advantage(Local(dock), plan.n_samples, rows)
+    adv = torch.cat([a.reshape(1) for a in dock.experience_data["advantages"]])
+    groups = scores.view(-1, plan.n_samples)
+    want = (groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-6)
+    assert torch.allclose(adv, want.reshape(-1), atol=1e-5)
+    assert torch.allclose(adv, compute_group_norm_advantages(scores, plan.n_samples))
