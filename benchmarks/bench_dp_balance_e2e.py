@@ -173,8 +173,7 @@ def fit_calibration(rows, seed):
 
 
 def _recording_worker():
-    """IntegratedWorker that records each rank's micro-batch lengths and can
-    switch DP balance on or off between rounds (its own config copy)."""
+    """IntegratedWorker that records each rank's micro-batch lengths."""
     from mindspeed_rl.workers.integrated_worker import IntegratedWorker
 
     class RecordingWorker(IntegratedWorker):
@@ -187,10 +186,6 @@ def _recording_worker():
         def pop_micro_batches(self):
             out, self._mb_log = self.__dict__.get("_mb_log", []), []
             return out
-
-        def set_balance(self, flag):
-            self.rl_config.use_dp_batch_balance = bool(flag)
-            return self.rl_config.use_dp_batch_balance
 
     return RecordingWorker
 
@@ -227,15 +222,17 @@ def _make_batch(seed):
     }
 
 
-def _run_round(group, td, batch, balance):
-    """One GRPO round without rollout; per stage the per-rank seconds, tokens and micro-batches."""
+def _run_round(group, docks, batch, balance):
+    """One GRPO round without rollout; per stage the per-rank seconds, tokens and micro-batches.
+    ``docks`` maps balance on/off to a dock built with that run plan."""
     import ray
 
-    group.execute_sync_command("set_balance", balance)
+    td = docks[balance]
+    group.sync_init_transfer_dock(td)
     _put_batch(td, batch)
     out = {"balance": balance, "stages": {}}
     calls = {"ref_log_prob": group.compute_ref_log_prob, "actor_log_prob": group.compute_log_prob,
-             "update": lambda: group.update(KL_COEF, False)}
+             "update": lambda: group.update(KL_COEF)}
     for stage in STAGES:
         results = calls[stage]()
         mbs = group.execute_sync_command("pop_micro_batches")
@@ -271,7 +268,7 @@ def run_real(model_dir, pairs, seed):
         "megatron_training.seq_length=2048",
         "generate_config.max_model_len=2048",
         f"rl_config.n_samples_per_prompt={N_REAL}",
-        f"rl_config.mini_batch_size={PROMPTS}",  # whole batch: one optimizer step
+        f"rl_config.mini_batch_size={PROMPTS // 2}",  # two optimizer steps: the old log-prob stage runs
         f"rl_config.max_prompt_length={REAL_PROMPT_RANGE[1]}",
         f"rl_config.max_packing_token_size={MAX_PACKING}",
         f"rl_config.init_kl_coef={KL_COEF}",  # > 0: the reference stage runs
@@ -280,17 +277,16 @@ def run_real(model_dir, pairs, seed):
         f"rl_config.actor_resource.num_npus={DP}",
     ]
     cfgs = build_configs(load_config(str(CONFIG), overrides))
+    plan_off = build_configs(load_config(str(CONFIG), overrides + ["rl_config.use_dp_batch_balance=false"])).plan
     actor, rl, gen = cfgs.actor_config, cfgs.rl_config, cfgs.generate_config
     started = init_ray(num_cpus=2, log_to_driver=False, logging_level=logging.WARNING)
     group = None
     try:
         t0 = time.perf_counter()
-        group = RayActorGroup(_recording_worker(), actor, rl, gen)
+        group = RayActorGroup(_recording_worker(), actor, rl, gen, cfgs.plan)
         group.initialize(actor.model_path, EOS_ID, PAD_ID)
-        td = GRPOTransferDock.remote(PROMPTS, N_REAL, addition_columns=["labels"], timeout=rl.td_timeout,
-                                     balance_objective=rl.dp_balance_objective,
-                                     balance_method=rl.dp_balance_method, seed=rl.seed)
-        group.sync_init_transfer_dock(td)
+        td = {b: GRPOTransferDock.remote(PROMPTS, N_REAL, addition_columns=["labels"], run_plan=plan)
+              for b, plan in ((True, cfgs.plan), (False, plan_off))}
         setup_s = time.perf_counter() - t0
         warm = _make_batch(seed + 999)
         for balance in (True, False):
