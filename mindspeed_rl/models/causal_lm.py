@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch import Tensor
 from transformers import AutoModelForCausalLM, GenerationConfig
 
+from mindspeed_rl.models import sharding
 from mindspeed_rl.models.packing import (
     block_causal_mask,
     pack_sequences,
@@ -59,12 +60,19 @@ class CausalLMEngine:
         lr_schedule: Optional[Callable[[int], float]] = None,
         eps: float = 1e-8,
         trust_remote_code: bool = False,
+        mesh=None,
+        fsdp: bool = False,
     ):
         """``dtype`` is the weights' dtype; ``autocast_dtype`` (e.g. bf16 with
         fp32 weights) runs forwards in lower precision while the optimizer
         updates full-precision weights, so small updates are not rounded away.
         ``lr_schedule(step)`` gives the learning rate of each optimizer step
-        (see models/lr_schedule.py); without it the rate stays ``lr``."""
+        (see models/lr_schedule.py); without it the rate stays ``lr``.
+        ``mesh`` (a (dp, tp) DeviceMesh, models/sharding.py) shards the weights
+        over tp with DTensor; ``fsdp`` also shards parameters, gradients and
+        optimizer state over dp (FSDP2, bf16 compute via its mixed-precision
+        policy when ``autocast_dtype`` is set); without ``fsdp`` gradients are
+        averaged over dp. Without a mesh, DDP over ``process_group``."""
         torch.manual_seed(seed)
         self.autocast_dtype = autocast_dtype
         self.device = torch.device(device)
@@ -85,16 +93,19 @@ class CausalLMEngine:
         self.module = module
         self.attn_implementation = getattr(module.config, "_attn_implementation", None) or "eager"
 
-        # wrap in DDP only when a real multi-rank group is given
         self.model = module
         self.is_ddp = False
-        if (
+        self.mesh, self.fsdp, self.grad_sync_group = mesh, bool(fsdp and mesh is not None), None
+        if mesh is not None:
+            self._shard(module, mesh, trainable)
+        elif (
             trainable
             and process_group is not None
             and dist.is_available()
             and dist.is_initialized()
             and dist.get_world_size(process_group) > 1
         ):
+            # wrap in DDP only when a real multi-rank group is given
             device_ids = None if self.device.type == "cpu" else [self.device]
             self.model = torch.nn.parallel.DistributedDataParallel(
                 module, device_ids=device_ids, process_group=process_group
@@ -111,7 +122,24 @@ class CausalLMEngine:
                 betas=tuple(betas),
                 eps=eps,
                 weight_decay=weight_decay,
+                foreach=False if mesh is not None else None,  # params may live on several meshes
             )
+
+    def _shard(self, module, mesh, trainable: bool) -> None:
+        tp, dp = mesh["tp"].size(), mesh["dp"].size()
+        if tp > 1:
+            sharding.check_tp_divides(module.config, tp)
+            sharding.apply_tensor_parallel(module, mesh["tp"])
+        if self.fsdp:
+            # FSDP's policy casts for compute; autocast is not used on top of it
+            sharding.apply_fsdp(module, mesh["dp"], param_dtype=self.autocast_dtype)
+            self.autocast_dtype = None
+        elif trainable and dp > 1:
+            self.grad_sync_group = mesh["dp"].get_group()
+
+    def _gathered(self):
+        """All-gather FSDP shards once around a run of forwards (log-probs, generate)."""
+        return sharding.gathered(self.module) if self.fsdp else contextlib.nullcontext()
 
     # ------------------------------------------------------------------ forward helpers
 
@@ -195,15 +223,16 @@ class CausalLMEngine:
         self.module.eval()
         log_probs: List[Optional[Tensor]] = [None] * len(responses)
         entropies: Optional[List[Optional[Tensor]]] = [None] * len(responses) if with_entropy else None
-        for mb in micro_batches:
-            mb = [int(i) for i in mb]
-            if not mb:
-                continue
-            lps, ents = self._micro_batch_scores(self.module, prompts, responses, mb, with_entropy, temperature)
-            for k, i in enumerate(mb):
-                log_probs[i] = lps[k].detach().cpu()
-                if with_entropy:
-                    entropies[i] = ents[k].detach().cpu()
+        with self._gathered():
+            for mb in micro_batches:
+                mb = [int(i) for i in mb]
+                if not mb:
+                    continue
+                lps, ents = self._micro_batch_scores(self.module, prompts, responses, mb, with_entropy, temperature)
+                for k, i in enumerate(mb):
+                    log_probs[i] = lps[k].detach().cpu()
+                    if with_entropy:
+                        entropies[i] = ents[k].detach().cpu()
         return log_probs, entropies
 
     # ------------------------------------------------------------------ training
@@ -241,6 +270,8 @@ class CausalLMEngine:
         counts: Dict[str, int] = {}
         for k, mb in enumerate(mbs):
             last = k == len(mbs) - 1
+            if self.fsdp:
+                self.module.set_requires_gradient_sync(last)  # reduce-scatter once, after the last
             sync_ctx = self.model.no_sync() if (self.is_ddp and not last) else contextlib.nullcontext()
             with sync_ctx:
                 if mb:
@@ -254,6 +285,8 @@ class CausalLMEngine:
                 else:
                     loss_sum = self._empty_loss()
                 (loss_sum * scale).backward()
+        if self.grad_sync_group is not None:
+            sharding.all_reduce_grads(self._trainable_params(), self.grad_sync_group)
         return {key: sums[key] / counts[key] for key in sums}
 
     def train_step(
@@ -276,7 +309,10 @@ class CausalLMEngine:
         )
         params = self._trainable_params()
         max_norm = self.clip_grad if self.clip_grad and self.clip_grad > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if self.mesh is not None:
+            grad_norm = sharding.clip_grads(params, max_norm)
+        else:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         metrics["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
         if math.isfinite(grad_norm):
             self.optimizer.step()
@@ -341,7 +377,7 @@ class CausalLMEngine:
         self.module.generation_config = GenerationConfig()
         try:
             rng = self._fork_rng() if seed is not None else contextlib.nullcontext()
-            with rng, self._autocast():
+            with rng, self._autocast(), self._gathered():
                 if seed is not None:
                     torch.manual_seed(int(seed))
                 out = self.module.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
@@ -361,9 +397,14 @@ class CausalLMEngine:
     # ------------------------------------------------------------------ saving
 
     def state_dict_for_save(self) -> Dict[str, Tensor]:
-        """State dict of the unwrapped module (no DDP `module.` prefix)."""
+        """Full state dict of the unwrapped module (no DDP prefix). When sharded,
+        shards are gathered (every rank calls it) and only global rank 0 gets them."""
+        if self.mesh is not None:
+            return sharding.full_state_dict(self.module)
         return self.module.state_dict()
 
     def save(self, path: str) -> None:
-        """save_pretrained of the unwrapped module."""
-        self.module.save_pretrained(path)
+        """save_pretrained of the full model; every rank calls it, global rank 0 writes."""
+        state = self.state_dict_for_save()
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            self.module.save_pretrained(path, state_dict=state)

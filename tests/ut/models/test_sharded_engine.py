@@ -1,0 +1,134 @@
+"""The sharded engine (DTensor TP over the mesh's tp dim, FSDP2 over dp) against a single process.
+
+Each layout runs in gloo processes on CPU; every rank gets its DP share of the
+same samples (TP peers the same share). Gradients, the next step's weights,
+packed log-probs and greedy generation must equal the unsharded engine's, and
+each rank must hold about 1/(dp x tp) of the model and optimizer state.
+"""
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from mindspeed_rl.models import sharding
+from mindspeed_rl.models.causal_lm import CausalLMEngine
+
+N = 8
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    cfg = Qwen2Config(vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=128, tie_word_embeddings=True,
+                      max_position_embeddings=64)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny_qwen2_sharded")
+    Qwen2ForCausalLM(cfg).save_pretrained(str(path))
+    return str(path)
+
+
+def _data():
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(4, 32, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g) for _ in range(N)]
+    responses = [torch.randint(4, 32, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g) for _ in range(N)]
+    return prompts, responses
+
+
+def _loss_fn(mine):
+    def loss_fn(indexes, log_probs, entropies):
+        total = torch.zeros(())
+        for i, lp in zip(indexes, log_probs):
+            total = total + (-(0.6 - 0.15 * mine[i]) * lp).sum()
+        return total, {"actor/loss_sum": float(total.detach())}
+    return loss_fn
+
+
+def _engine(model_dir, mesh=None, fsdp=False):
+    # a large Adam eps keeps the first update linear in the gradient, so float noise in
+    # near-zero gradients cannot flip an update's sign
+    return CausalLMEngine(model_dir, torch.device("cpu"), use_remove_padding=True, lr=1e-2, eps=1e-2, seed=0,
+                          mesh=mesh, fsdp=fsdp)
+
+
+def _full_grads(engine):
+    out = {}
+    for name, p in engine.module.named_parameters():
+        g = p.grad
+        out[name] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().clone()
+    return out
+
+
+def _worker(rank, world, dp, tp, fsdp, init_file, model_dir, out_dir):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        mesh = sharding.build_mesh("cpu", dp, tp)
+        dp_rank = rank // tp
+        prompts, responses = _data()
+        tokens = sum(r.numel() for r in responses)
+        mine = list(range(dp_rank, N, dp))  # this DP rank's samples
+        engine = _engine(model_dir, mesh, fsdp)
+        p_local = [prompts[i] for i in mine]
+        r_local = [responses[i] for i in mine]
+        micro = [[0, 1], list(range(2, len(mine)))]
+        engine.compute_grads(p_local, r_local, micro, _loss_fn(mine), tokens, dp_size=dp, with_entropy=False)
+        grads = _full_grads(engine)
+        metrics = engine.train_step(p_local, r_local, micro, _loss_fn(mine), tokens, dp_size=dp, with_entropy=False)
+        weights = engine.state_dict_for_save()
+        params = list(engine.module.parameters())
+        sizes = {"params": sharding.local_bytes(params),
+                 "optimizer": sharding.optimizer_state_bytes(engine.optimizer),
+                 "planned": 4 * sum(sharding.planned_local_numel(n, tuple(p.shape), dp, tp, dp_rank, rank % tp, fsdp)
+                                    for n, p in engine.module.named_parameters())}
+        log_probs, _ = engine.log_probs(prompts, responses, [[0, 1, 2], [3, 4, 5, 6, 7]])
+        greedy = engine.generate(prompts[:3], max_new_tokens=5, temperature=0.0, eos_id=3, pad_id=0)
+        torch.save({"grads": grads, "weights": weights, "sizes": sizes, "log_probs": log_probs,
+                    "greedy": greedy, "grad_norm": metrics["actor/grad_norm"]},
+                   os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _reference(model_dir):
+    prompts, responses = _data()
+    tokens = sum(r.numel() for r in responses)
+    engine = _engine(model_dir)
+    everything = list(range(N))
+    engine.compute_grads(prompts, responses, [everything], _loss_fn(everything), tokens, with_entropy=False)
+    grads = {k: v.clone() for k, v in ((n, p.grad) for n, p in engine.module.named_parameters())}
+    metrics = engine.train_step(prompts, responses, [everything], _loss_fn(everything), tokens, with_entropy=False)
+    log_probs, _ = engine.log_probs(prompts, responses, [everything])
+    greedy = engine.generate(prompts[:3], max_new_tokens=5, temperature=0.0, eos_id=3, pad_id=0)
+    full_bytes = sharding.local_bytes(engine.module.parameters())
+    return grads, engine.module.state_dict(), log_probs, greedy, metrics["actor/grad_norm"], full_bytes
+
+
+@pytest.mark.parametrize("dp,tp,fsdp", [(2, 1, True), (2, 2, True), (2, 2, False)])
+def test_sharded_layout_matches_single_process(model_dir, tmp_path, dp, tp, fsdp):
+    grads, weights, log_probs, greedy, norm, full_bytes = _reference(model_dir)
+    world = dp * tp
+    mp.spawn(_worker, args=(world, dp, tp, fsdp, str(tmp_path / "init"), model_dir, str(tmp_path)),
+             nprocs=world, join=True)
+    for rank in range(world):
+        got = torch.load(tmp_path / f"rank{rank}.pt")
+        for name, g in grads.items():
+            torch.testing.assert_close(got["grads"][name], g, atol=1e-5, rtol=1e-5, msg=name)
+        if rank == 0:  # the gathered state dict lands on rank 0
+            assert got["weights"].keys() == weights.keys()
+            for name, w in weights.items():
+                torch.testing.assert_close(got["weights"][name], w, atol=1e-5, rtol=1e-5, msg=name)
+        assert got["grad_norm"] == pytest.approx(norm, rel=1e-5)
+        for a, b in zip(got["log_probs"], log_probs):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        assert all(torch.equal(a, b) for a, b in zip(got["greedy"], greedy))
+        sizes = got["sizes"]
+        # the memory plan's count is what the engine really holds
+        assert sizes["params"] == sizes["planned"]
+        share = (dp if fsdp else 1) * tp
+        # about 1/(dp x tp) of the model (embedding and norms are split over dp only)
+        assert sizes["params"] <= full_bytes / share * 1.1
+        assert sizes["params"] >= full_bytes / share * 0.95
+        assert sizes["optimizer"] == 2 * sizes["params"]  # AdamW's two moments, sharded alike
