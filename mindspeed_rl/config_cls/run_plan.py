@@ -21,11 +21,16 @@ class PlanError(ValueError):
     """The configs describe a run this implementation cannot carry out."""
 
 
+ENGINES = ("ddp", "tp", "fsdp")
+
+
 @dataclass(frozen=True)
 class Layout:
     world_size: int  # worker processes (devices)
     dp: int
     tp: int
+    # ddp: replicas; tp: DTensor TP weights, grads averaged over dp; fsdp: FSDP2 over dp (+ TP)
+    engine: str = "ddp"
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,8 @@ class RunPlan:
     def summary(self) -> str:
         parts = [f"{s.name}: {s.shares_per_rank} x {s.rows_per_share} rows/rank"
                  f"{' balanced' if s.balanced else ''}" for s in self.stages.values()]
-        return (f"layout DP={self.layout.dp} TP={self.layout.tp} ({self.layout.world_size} workers); "
+        return (f"layout DP={self.layout.dp} TP={self.layout.tp} ({self.layout.world_size} workers, "
+                f"{self.layout.engine} engine); "
                 f"{self.rows_per_round} rows per round; " + "; ".join(parts))
 
 
@@ -125,10 +131,29 @@ def _check_layout(actor_config, rl_config, generate_config) -> Layout:
     if tp < 1 or world % tp:
         raise PlanError(f"rl_config.actor_resource.num_npus={world} must be divisible by "
                         f"actor_config.tensor_model_parallel_size={tp}")
-    if given_dp not in (None, world // tp):
+    dp = world // tp
+    if given_dp not in (None, dp):
         raise PlanError(f"generate_config.data_parallel_size={given_dp} disagrees with the layout's data "
-                        f"parallel size {world // tp}; leave it unset (it is derived)")
-    return Layout(world_size=world, dp=world // tp, tp=tp)
+                        f"parallel size {dp}; leave it unset (it is derived)")
+    _check_tp_divides_model(actor_config, tp)
+    if actor_config.use_distributed_optimizer:
+        if dp == 1:
+            raise PlanError(f"megatron_training.use_distributed_optimizer=true shards over data parallel ranks, "
+                            f"but the layout has DP=1 ({world} devices / TP {tp}); set it to false")
+        engine = "fsdp"
+    else:
+        engine = "tp" if tp > 1 else "ddp"
+    return Layout(world_size=world, dp=dp, tp=tp, engine=engine)
+
+
+def _check_tp_divides_model(cfg, tp):
+    """TP must split heads and KV heads evenly (checked again on the checkpoint by the engine)."""
+    kv = cfg.num_query_groups if cfg.group_query_attention else cfg.num_attention_heads
+    for key, value in (("num_attention_heads", cfg.num_attention_heads), ("num_query_groups", kv),
+                       ("ffn_hidden_size", cfg.ffn_hidden_size)):
+        if value is not None and value % tp:
+            raise PlanError(f"actor_config.tensor_model_parallel_size={tp} does not divide the model's "
+                            f"{key}={value}")
 
 
 def _stage(name, key, size, default, rows, dp, balanced) -> StagePlan:

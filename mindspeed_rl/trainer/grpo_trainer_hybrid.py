@@ -15,10 +15,10 @@ from mindspeed_rl.utils.loggers import MetricsLogger
 
 
 def rank_timing_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
-    """Per-rank stage times and tokens from the workers, plus max/min over ranks
-    (the step waits for the slowest rank)."""
+    """Per-rank stage times, tokens and (on CUDA) peak memory from the workers,
+    plus max/min over ranks (the step waits for the slowest rank)."""
     out = {}
-    for key in sorted({k for r in results for k in r if k.startswith(("timing/", "tokens/"))}):
+    for key in sorted({k for r in results for k in r if k.startswith(("timing/", "tokens/", "memory/"))}):
         values = [r[key] for r in results if key in r]
         for r in results:
             if key in r:

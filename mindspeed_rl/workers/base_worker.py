@@ -57,6 +57,8 @@ class BaseWorker:
                                 rank=self.rank, world_size=self.world_size,
                                 timeout=timedelta(seconds=self.run_plan.timeouts.collective))
         self.parallel_state = ParallelState.from_layout(self.rank, self.run_plan.layout).build_groups()
+        if self.run_plan.layout.engine != "ddp":
+            self.parallel_state.build_mesh(self.device.type)
         return self.rank
 
     def init_transfer_dock(self, td):

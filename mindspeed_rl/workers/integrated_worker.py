@@ -26,10 +26,12 @@ class IntegratedWorker(BaseWorker):
     def initialize(self, model_path: str, eos_id: int, pad_id: int):
         cfg, rl = self.megatron_config, self.rl_config
         half = torch.bfloat16 if cfg.bf16 and self.device.type != "cpu" else None
+        layout = self.run_plan.layout
         common = dict(device=self.device, use_remove_padding=rl.use_remove_padding, seed=rl.seed,
                       pad_id=pad_id, attn_implementation=self._attention(),
-                      trust_remote_code=self.generate_config.trust_remote_code)
-        # actor: fp32 master weights, bf16 compute; reference: frozen bf16 weights
+                      trust_remote_code=self.generate_config.trust_remote_code,
+                      mesh=self.parallel_state.mesh, fsdp=layout.engine == "fsdp")
+        # actor: fp32 master weights, bf16 compute; reference: frozen bf16 weights, sharded like the actor
         self.actor = CausalLMEngine(model_path, trainable=True, lr=cfg.lr, weight_decay=cfg.weight_decay,
                                     betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                                     clip_grad=cfg.clip_grad,
@@ -81,6 +83,7 @@ class IntegratedWorker(BaseWorker):
         start = time.perf_counter()
         sampling = self.generate_config.sampling_config
         base = sampling["seed"] if sampling["seed"] is not None else self.rl_config.seed
+        lengths = []
         for batch, index in self.iterate_stage("actor_rollout", ["prompts"]):
             seed = base + 7919 * self.parallel_state.dp_rank + self._generate_calls
             self._generate_calls += 1
@@ -88,9 +91,10 @@ class IntegratedWorker(BaseWorker):
                                             temperature=sampling["temperature"], top_p=sampling["top_p"],
                                             top_k=max(0, sampling["top_k"]), min_p=sampling["min_p"],
                                             eos_id=self.eos_id, pad_id=self.pad_id, seed=seed)
-            lengths = [torch.tensor([r.numel()], dtype=torch.int32) for r in responses]
-            self.collect_transfer_dock_data({"responses": responses, "response_length": lengths}, index)
-        return self._timing("rollout", start)
+            counts = [torch.tensor([r.numel()], dtype=torch.int32) for r in responses]
+            self.collect_transfer_dock_data({"responses": responses, "response_length": counts}, index)
+            lengths += [p.numel() + r.numel() for p, r in zip(batch["prompts"], responses)]
+        return self._timing("rollout", start, lengths, consumer="actor_rollout")
 
     def _log_prob_stage(self, stage: str, engine, out_column: str, forward_mbs):
         start = time.perf_counter()
@@ -171,9 +175,10 @@ class IntegratedWorker(BaseWorker):
         else:
             load = float(sum(lengths))
         out[f"load/{consumer or stage}"] = load
+        if self.device.type == "cuda":
+            out[f"memory/{stage}_peak_gb"] = torch.cuda.max_memory_allocated(self.device) / 2 ** 30
         return out
 
     def save_checkpoint(self, path: str):
-        if self.rank == 0:
-            self.actor.save(path)
+        self.actor.save(path)  # every rank gathers its shards; global rank 0 writes
         return path

@@ -2,7 +2,7 @@
 
 Tensor-parallel peers hold the same data (the TP source fetches it from the
 dock and broadcasts it); data-parallel peers hold different shares and sync
-gradients. On CPU the TP peers keep replicated weights.
+gradients. The sharded engines also use the (dp, tp) DeviceMesh built here.
 """
 from dataclasses import dataclass, field
 from typing import List
@@ -17,6 +17,7 @@ class ParallelState:
     tp_size: int = 1
     tp_group: object = field(default=None, repr=False)
     dp_group: object = field(default=None, repr=False)
+    mesh: object = field(default=None, repr=False)  # (dp, tp) DeviceMesh for the sharded engines
 
     def __post_init__(self):
         if self.tp_size <= 0 or self.world_size % self.tp_size:
@@ -49,6 +50,12 @@ class ParallelState:
 
     def dp_ranks(self, tp_rank: int) -> List[int]:
         return [d * self.tp_size + tp_rank for d in range(self.dp_size)]
+
+    def build_mesh(self, device_type: str):
+        """The (dp, tp) DeviceMesh of this layout (all ranks call this together)."""
+        from mindspeed_rl.models.sharding import build_mesh
+        self.mesh = build_mesh(device_type, self.dp_size, self.tp_size)
+        return self
 
     def build_groups(self):
         """Create every TP and DP group (all ranks must call this together)."""

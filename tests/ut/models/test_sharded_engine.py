@@ -106,6 +106,17 @@ def _reference(model_dir):
     return grads, engine.module.state_dict(), log_probs, greedy, metrics["actor/grad_norm"], full_bytes
 
 
+def _memory_plan(dp, tp, fsdp):
+    """The memory plan of the tiny config (the same model) in this layout."""
+    from mindspeed_rl.config_cls import build_configs, load_config
+    from mindspeed_rl.tools.memory_plan import plan_memory
+    cfgs = build_configs(load_config("configs/grpo_tiny_cpu.yaml", [
+        "megatron_training.model_path=/unused", f"rl_config.actor_resource.num_npus={dp * tp}",
+        f"actor_config.tensor_model_parallel_size={tp}", "rl_config.mini_batch_size=2",
+        f"megatron_training.use_distributed_optimizer={'true' if fsdp else 'false'}"]))
+    return plan_memory(cfgs)
+
+
 @pytest.mark.parametrize("dp,tp,fsdp", [(2, 1, True), (2, 2, True), (2, 2, False)])
 def test_sharded_layout_matches_single_process(model_dir, tmp_path, dp, tp, fsdp):
     grads, weights, log_probs, greedy, norm, full_bytes = _reference(model_dir)
@@ -132,3 +143,6 @@ def test_sharded_layout_matches_single_process(model_dir, tmp_path, dp, tp, fsdp
         assert sizes["params"] <= full_bytes / share * 1.1
         assert sizes["params"] >= full_bytes / share * 0.95
         assert sizes["optimizer"] == 2 * sizes["params"]  # AdamW's two moments, sharded alike
+        if rank == 0:  # the memory plan reports rank 0 (the largest shard)
+            planned = _memory_plan(dp, tp, fsdp)
+            assert (planned.params, planned.optimizer) == (sizes["params"], sizes["optimizer"])

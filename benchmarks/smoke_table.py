@@ -1,0 +1,34 @@
+"""Print tokens/s per stage and peak memory from a run's metrics.jsonl (benchmarks/gpu_smoke.sh).
+
+    python benchmarks/smoke_table.py RUN_DIR/metrics.jsonl
+Iteration 1 (warm-up) is left out when there are more; medians over the rest.
+"""
+import json
+import statistics
+import sys
+
+STAGES = ("rollout", "ref_log_prob", "actor_log_prob", "update")
+
+
+def main(path: str) -> int:
+    rows = [json.loads(line) for line in open(path, encoding="utf-8")]
+    if not rows:
+        print(f"error: {path} holds no iterations", file=sys.stderr)
+        return 2
+    rows = rows[1:] if len(rows) > 1 else rows
+    print(f"{'stage':16s}{'tokens/s (median)':>20s}{'slowest rank s':>16s}{'peak GB':>10s}")
+    for stage in STAGES:
+        times = [r[f"timing/{stage}/max"] for r in rows if f"timing/{stage}/max" in r]
+        if not times:
+            continue
+        tokens = [sum(v for k, v in r.items() if k.startswith(f"tokens/{stage}/rank")) for r in rows]
+        speed = statistics.median(t / s for t, s in zip(tokens, times) if s > 0)
+        peak = max((r.get(f"memory/{stage}_peak_gb/max", float("nan")) for r in rows), default=float("nan"))
+        print(f"{stage:16s}{speed:20.1f}{statistics.median(times):16.3f}{peak:10.2f}")
+    print(f"iteration s (median): {statistics.median(r['timing/iteration'] for r in rows):.3f}; "
+          f"reward first {rows[0].get('reward/mean', float('nan')):.3f} last {rows[-1].get('reward/mean', float('nan')):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,104 @@
+"""Per-rank memory of a config's layout, and whether it fits a device.
+
+    python -m mindspeed_rl.tools.memory_plan --config configs/grpo_qwen25_7b_A3.yaml [--device-gb 64 80 141]
+
+Parameters, gradients and optimizer state are counted with the engine's own
+sharding rules (models/sharding.py: TP_PLAN, then FSDP's dim-0 split), on a
+meta-device model built from the config's model section; a test holds these
+counts to the bytes the engine really allocates. Activations are an estimate.
+"""
+import argparse
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import List
+
+GB = 1024 ** 3
+
+
+@dataclass
+class MemoryPlan:
+    params: int        # fp32 master weights
+    grads: int         # fp32 gradients
+    optimizer: int     # AdamW moments (fp32, two per parameter)
+    reference: int     # frozen reference model (compute dtype)
+    gathered: int      # weights all-gathered for log-probs / generate (compute dtype, FSDP only)
+    activations: int   # estimate at max_packing_token_size
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer + self.reference + self.gathered + self.activations
+
+
+def meta_model(actor_config):
+    """The model of the config's model section, on the meta device (no memory)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from mindspeed_rl.config_cls.model_arch import hf_config_kwargs
+    kwargs = hf_config_kwargs(actor_config)
+    if not kwargs:
+        raise ValueError("memory_plan needs a model section (configs/model/<name>.yaml) in the config")
+    with torch.device("meta"):
+        return Qwen2ForCausalLM(Qwen2Config(**kwargs))
+
+
+def plan_memory(cfgs) -> MemoryPlan:
+    from mindspeed_rl.models.sharding import planned_local_numel
+    actor, rl, layout = cfgs.actor_config, cfgs.rl_config, cfgs.plan.layout
+    model = meta_model(actor)
+    fsdp = layout.engine == "fsdp"
+    shapes = [(n, tuple(p.shape)) for n, p in model.named_parameters()]  # tied weights counted once
+    local = sum(planned_local_numel(n, s, layout.dp, layout.tp, fsdp=fsdp) for n, s in shapes)
+    full_tp = sum(planned_local_numel(n, s, layout.dp, layout.tp, fsdp=False) for n, s in shapes)
+    compute = 2 if actor.bf16 else 4
+    cfg = model.config
+    tokens = rl.max_packing_token_size if rl.use_dynamic_bsz else actor.seq_length * actor.micro_batch_size
+    # saved activations per token and layer ~ 34 * hidden bytes (bf16, no recompute), split over TP,
+    # plus fp32 logits and their log-softmax over the vocabulary
+    activations = int(34 * cfg.hidden_size * cfg.num_hidden_layers * tokens * compute / 2 / layout.tp
+                      + 2 * 4 * tokens * cfg.vocab_size)
+    return MemoryPlan(params=4 * local, grads=4 * local, optimizer=8 * local,
+                      reference=compute * local if cfgs.plan.uses_reference else 0,
+                      gathered=compute * full_tp if fsdp else 0, activations=activations)
+
+
+def table(name: str, cfgs, plan: MemoryPlan, device_gbs: List[float]) -> str:
+    layout = cfgs.plan.layout
+    rows = [f"{name}: DP={layout.dp} TP={layout.tp} ({layout.world_size} devices, {layout.engine} engine), "
+            f"per rank:",
+            f"  {'parameters (fp32)':34s}{plan.params / GB:8.2f} GB",
+            f"  {'gradients (fp32)':34s}{plan.grads / GB:8.2f} GB",
+            f"  {'optimizer state (AdamW, fp32)':34s}{plan.optimizer / GB:8.2f} GB",
+            f"  {'reference model':34s}{plan.reference / GB:8.2f} GB",
+            f"  {'gathered weights (log-prob/gen)':34s}{plan.gathered / GB:8.2f} GB",
+            f"  {'activations (estimate)':34s}{plan.activations / GB:8.2f} GB",
+            f"  {'total':34s}{plan.total / GB:8.2f} GB"]
+    rows.append("  fits: " + ", ".join(f"{gb:g} GB {'yes' if plan.total <= gb * GB else 'NO'}" for gb in device_gbs))
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Per-rank memory of a GRPO config's layout.")
+    parser.add_argument("--config", required=True, nargs="+", help="one or more YAML configs")
+    parser.add_argument("--device-gb", type=float, nargs="+", default=[64.0], help="device memory sizes to check")
+    parser.add_argument("overrides", nargs="*", default=[], help="section.key=value")
+    args = parser.parse_args(argv)
+    from mindspeed_rl.config_cls import build_configs, load_config
+    fits = True
+    for path in args.config:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # unimplemented-key notes are not about memory
+                cfgs = build_configs(load_config(path, args.overrides))
+            plan = plan_memory(cfgs)
+        except (ValueError, TypeError, FileNotFoundError) as err:
+            print(f"error: {path}: {err}", file=sys.stderr)
+            return 2
+        print(table(path, cfgs, plan, args.device_gb))
+        fits = fits and plan.total <= min(args.device_gb) * GB
+    return 0 if fits else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""memory_plan: per-rank bytes of the shipped 7B configs, fit verdicts, errors."""
+import pytest
+
+from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.tools.memory_plan import GB, main, plan_memory
+
+A3 = "configs/grpo_qwen25_7b_A3.yaml"
+TEST_7B = "tests/st/configs/test_grpo_trainer_qwen25_7b_integrated.yaml"
+
+
+def test_shipped_7b_configs_fit_64gb(capsys):
+    assert main(["--config", A3, TEST_7B, "--device-gb", "64", "80", "141"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("fits: 64 GB yes, 80 GB yes, 141 GB yes") == 2
+    assert "DP=4 TP=4 (16 devices, fsdp engine)" in out and "DP=2 TP=4 (8 devices, fsdp engine)" in out
+
+
+def test_sharding_divides_state_and_replicas_do_not_fit():
+    sharded = plan_memory(build_configs(load_config(A3)))
+    replica = plan_memory(build_configs(load_config(A3, [
+        "actor_config.tensor_model_parallel_size=1", "megatron_training.use_distributed_optimizer=false"])))
+    # 7.6 B parameters x 16 bytes on every rank without sharding
+    assert replica.params + replica.grads + replica.optimizer > 110 * GB
+    assert replica.total > 141 * GB
+    # DP 4 x TP 4: the TP-split layers shrink 16x, embedding and LM head 4x
+    assert sharded.params < replica.params / 10
+
+
+def test_too_small_device_exits_one_and_bad_config_two(capsys, tmp_path):
+    assert main(["--config", TEST_7B, "--device-gb", "16"]) == 1
+    assert "16 GB NO" in capsys.readouterr().out
+    assert main(["--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["actor_config.tensor_model_parallel_size=3", "rl_config.actor_resource.num_npus=3"], "num_attention_heads"),
+    (["actor_config.tensor_model_parallel_size=4", "rl_config.actor_resource.num_npus=4"], "num_query_groups"),
+    (["megatron_training.use_distributed_optimizer=true", "actor_config.tensor_model_parallel_size=2"],
+     "use_distributed_optimizer"),
+])
+def test_layout_errors_name_the_key(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        build_configs(load_config("configs/grpo_tiny_cpu.yaml", overrides))
