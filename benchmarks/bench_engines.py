@@ -42,16 +42,20 @@ def main(argv=None) -> int:
                 steady = history[1:]
                 it = [m["timing/iteration"] for m in steady]
                 up = [m["timing/update/max"] for m in steady]
-                rows.append((name, it, up, history[-1]["reward/mean"]))
+                gen = [m["timing/rollout/max"] for m in steady]
+                rows.append((name, it, up, gen, history[-1]["reward/mean"]))
         finally:
             if started:
                 ray.shutdown()
-    print(f"{'engine':14s}{'iteration s median (min-max)':>32s}{'update s median (min-max)':>30s}{'last reward':>13s}")
-    for name, it, up, reward in rows:
-        print(f"{name:14s}{statistics.median(it):14.3f} ({min(it):.3f}-{max(it):.3f}){'':4s}"
-              f"{statistics.median(up):12.3f} ({min(up):.3f}-{max(up):.3f}){reward:13.3f}")
+    def cell(values):
+        return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+    print(f"{'engine':14s}{'iteration s':>24s}{'update s':>24s}{'rollout s':>24s}{'last reward':>13s}")
+    print(f"{'':14s}{'median (min-max)':>24s}{'median (min-max)':>24s}{'median (min-max)':>24s}")
+    for name, it, up, gen, reward in rows:
+        print(f"{name:14s}{cell(it):>24s}{cell(up):>24s}{cell(gen):>24s}{reward:13.3f}")
     base = statistics.median(rows[0][1])
-    for name, it, _, _ in rows[1:]:
+    for name, it, *_ in rows[1:]:
         print(f"{name} / {rows[0][0]} iteration time: {statistics.median(it) / base:.2f}x")
     return 0
 
