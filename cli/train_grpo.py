@@ -24,6 +24,7 @@ from mindspeed_rl.datasets.prompt_dataset import prompt_batches  # noqa: E402
 from mindspeed_rl.models.rule_reward import RuleReward  # noqa: E402
 from mindspeed_rl.models.tiny_model import build_tiny_checkpoint  # noqa: E402
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer  # noqa: E402
+from mindspeed_rl.utils.checkpoint import is_checkpoint, read_state, resolve  # noqa: E402
 from mindspeed_rl.utils.loggers import MetricsLogger  # noqa: E402
 from mindspeed_rl.utils.ray_utils import init_ray  # noqa: E402
 from mindspeed_rl.workers.integrated_worker import IntegratedWorker  # noqa: E402
@@ -61,20 +62,44 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     try:
         group = RayActorGroup(IntegratedWorker, actor, rl, gen, plan)
         group.initialize(actor.model_path, eos_id, pad_id)
+        start, kl_coef = _load_checkpoint(group, actor)
         extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]
         trainer = RayGRPOTrainer(
             actor_worker=group, reward_list=[RuleReward(rl.verifier_function, rl.verifier_weight, eos_id)],
             run_plan=plan, logger=logger, save_interval=actor.save_interval if actor.save else 0,
             save_dir=actor.save, adv_estimator=rl.adv_estimator, kl_ctrl_type=rl.kl_ctrl_type,
             kl_horizon=rl.kl_horizon, kl_target=rl.kl_target, init_kl_coef=rl.init_kl_coef,
-            dataset_additional_keys=extra_keys, max_prompt_length=rl.max_prompt_length)
-        return trainer.fit(prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer))
+            dataset_additional_keys=extra_keys, max_prompt_length=rl.max_prompt_length,
+            save_optimizer=not actor.no_save_optim, save_rng=not actor.no_save_rng)
+        data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer, start=start)
+        history = trainer.fit(data, start_iteration=start, kl_coef=kl_coef)
+        if actor.save:
+            export = os.path.join(actor.save, "hf")
+            group.export_hf(export)
+            tokenizer.save_pretrained(export)
+            print(f"exported HF weights and tokenizer to {export}")
+        return history
     finally:
         logger.close()
         if group is not None:
             group.shutdown()
         if started:
             ray.shutdown()
+
+
+def _load_checkpoint(group, actor):
+    """Resume from ``load`` (iteration, KL coefficient) or, with finetune, take
+    its weights only; returns (start iteration, KL coefficient or None)."""
+    if not actor.load or not is_checkpoint(actor.load):
+        return 0, None
+    folder, iteration = resolve(actor.load)
+    if actor.finetune:  # weights only, from iteration 0 (as Megatron's --finetune)
+        group.load_checkpoint(folder, 0, False, False)
+        print(f"loaded weights of {folder} (finetune: iteration 0)")
+        return 0, None
+    group.load_checkpoint(folder, iteration, not actor.no_load_optim, not actor.no_load_rng)
+    print(f"resumed from {folder} at iteration {iteration}")
+    return iteration, read_state(folder)["kl_coef"]
 
 
 def main(argv=None):

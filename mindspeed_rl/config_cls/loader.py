@@ -28,6 +28,7 @@ from mindspeed_rl.config_cls.rl_config import RLConfig
 from mindspeed_rl.config_cls.run_plan import RunPlan
 from mindspeed_rl.config_cls.unimplemented import check_keys
 from mindspeed_rl.config_cls.validate_config import validate_rl_args
+from mindspeed_rl.utils.checkpoint import CheckpointError, is_checkpoint, resolve
 
 REPO_MODEL_DIR = Path(__file__).resolve().parents[2] / "configs" / "model"
 ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config")
@@ -215,13 +216,17 @@ def build_configs(cfg):
 
 
 def _weights_from_load(cfg):
-    """``load`` with ``finetune: true`` names the HF weights to start from;
-    resuming (``load`` without ``finetune``) is not implemented."""
+    """``load`` names a checkpoint of ours (resume; with ``finetune: true`` its
+    weights only, from iteration 0) or, with ``finetune: true``, HF weights to
+    start from. A checkpoint is checked here, before anything starts."""
     if cfg.load is None:
         return
-    if not cfg.finetune:
-        raise ConfigError(f"megatron_training.load={cfg.load!r} without finetune: true asks to resume, "
-                          f"which is not implemented; set finetune: true to start from those weights")
+    if not cfg.finetune or is_checkpoint(cfg.load):
+        try:
+            resolve(cfg.load)
+        except CheckpointError as err:
+            raise ConfigError(f"megatron_training.load: {err}") from err
+        return
     if cfg.model_path not in (None, cfg.load):
         raise ConfigError(f"megatron_training.load={cfg.load!r} (finetune) and model_path={cfg.model_path!r} "
                           f"name different weights; set one of them")

@@ -82,9 +82,13 @@ class RunPlan:
         return self.rows_per_round // self.mini_batch_rows
 
     @property
+    def steps_per_iteration(self) -> int:
+        return self.mini_batches * self.epochs
+
+    @property
     def optimizer_steps(self) -> int:
         """Optimizer steps of the whole run (the LR schedule's length)."""
-        return self.train_iters * self.mini_batches * self.epochs
+        return self.train_iters * self.steps_per_iteration
 
     @property
     def uses_reference(self) -> bool:

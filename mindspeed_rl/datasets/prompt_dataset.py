@@ -13,12 +13,14 @@ import torch
 from mindspeed_rl.datasets.toy_tasks import make_prompts
 
 
-def prompt_batches(data_path: str, batch_size: int, seed: int, tokenizer=None) -> Iterator[Dict[str, list]]:
+def prompt_batches(data_path: str, batch_size: int, seed: int, tokenizer=None,
+                   start: int = 0) -> Iterator[Dict[str, list]]:
+    """Batches from number ``start`` on (a resumed run starts at its data position)."""
     if not data_path:
         raise ValueError("megatron_training.data_path is empty: give 'toy:<task>' or a JSONL file")
     if data_path.startswith("toy:"):
         task = data_path[len("toy:"):]
-        for step in itertools.count():
+        for step in itertools.count(start):
             yield make_prompts(task, batch_size, seed + step)
     if not os.path.isfile(data_path):
         raise FileNotFoundError(f"data_path {data_path!r} is neither 'toy:<task>' nor a file")
@@ -33,6 +35,6 @@ def prompt_batches(data_path: str, batch_size: int, seed: int, tokenizer=None) -
     if len(rows) < batch_size:
         raise ValueError(f"{data_path} has {len(rows)} prompts, fewer than global_batch_size {batch_size}")
     encode = (lambda text: torch.tensor(tokenizer.encode(text, add_special_tokens=False), dtype=torch.long))
-    for start in itertools.count(0, batch_size):
-        chunk = [rows[(start + i) % len(rows)] for i in range(batch_size)]
+    for first in itertools.count(start * batch_size, batch_size):
+        chunk = [rows[(first + i) % len(rows)] for i in range(batch_size)]
         yield {"prompts": [encode(r["prompt"]) for r in chunk], "labels": [encode(r["label"]) for r in chunk]}

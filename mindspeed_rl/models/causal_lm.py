@@ -396,6 +396,33 @@ class CausalLMEngine:
 
     # ------------------------------------------------------------------ saving
 
+    def set_step(self, steps: int) -> None:
+        """Resume the LR schedule at optimizer step ``steps``."""
+        self.steps = int(steps)
+        if self.lr_schedule is not None and self.optimizer is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.lr_schedule(self.steps)
+
+    def save_sharded(self, path: str, with_optimizer: bool = True) -> None:
+        """Model (and optimizer) state with torch.distributed.checkpoint; every rank writes its shards."""
+        import torch.distributed.checkpoint as dcp
+        dcp.save(self._dcp_state(with_optimizer), checkpoint_id=path)
+
+    def load_sharded(self, path: str, with_optimizer: bool = True) -> None:
+        """Load what ``save_sharded`` wrote into this engine's (sharded) model and optimizer."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+        state = self._dcp_state(with_optimizer)
+        dcp.load(state, checkpoint_id=path)
+        set_state_dict(self.module, self.optimizer if with_optimizer else [],
+                       model_state_dict=state["model"], optim_state_dict=state.get("optim", {}))
+
+    def _dcp_state(self, with_optimizer: bool) -> Dict[str, dict]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        optimizers = self.optimizer if (with_optimizer and self.optimizer is not None) else []
+        model_state, optim_state = get_state_dict(self.module, optimizers)
+        return {"model": model_state, **({"optim": optim_state} if optimizers else {})}
+
     def state_dict_for_save(self) -> Dict[str, Tensor]:
         """Full state dict of the unwrapped module (no DDP prefix). When sharded,
         shards are gathered (every rank calls it) and only global rank 0 gets them."""

@@ -11,7 +11,8 @@ class RayBaseTrainer:
     def __init__(self, actor_worker=None, ref_worker=None, reward_list: List = None, run_plan=None,
                  adv_estimator: str = "group_norm", kl_ctrl_type: str = "fixed", kl_horizon: int = 1000,
                  kl_target: float = 100.0, init_kl_coef: float = 0.001,
-                 dataset_additional_keys: List[str] = None, save_interval: int = 0, save_dir: str = None):
+                 dataset_additional_keys: List[str] = None, save_interval: int = 0, save_dir: str = None,
+                 save_optimizer: bool = True, save_rng: bool = True):
         if run_plan is None:
             raise ValueError("RayBaseTrainer needs the run_plan (config_cls.RunPlan) of the run")
         self.actor_worker = actor_worker
@@ -21,6 +22,7 @@ class RayBaseTrainer:
         self.adv_estimator = adv_estimator
         self.dataset_additional_keys = dataset_additional_keys or []
         self.save_interval, self.save_dir = save_interval, save_dir
+        self.save_optimizer, self.save_rng = save_optimizer, save_rng
         if kl_ctrl_type == "fixed":
             self.kl_ctrl = FixedKLController(init_kl_coef)
         elif kl_ctrl_type == "adaptive":

@@ -1,5 +1,6 @@
 """RayGRPOTrainer: one GRPO iteration = rollout -> reward -> advantages ->
 ref/old log-probs -> update, with every stage reading and writing the dock."""
+import os
 import time
 from typing import Dict, Iterator, List
 
@@ -11,6 +12,7 @@ from mindspeed_rl.trainer.base import RayBaseTrainer
 from mindspeed_rl.trainer.utils.compute_utils import (compute_advantage, compute_grpo_data_metrics,
                                                       compute_rule_reward)
 from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+from mindspeed_rl.utils.checkpoint import iteration_dir, write_state, write_tracker
 from mindspeed_rl.utils.loggers import MetricsLogger
 
 
@@ -59,15 +61,21 @@ class RayGRPOTrainer(RayBaseTrainer):
                                                      run_plan=plan)
         self.actor_worker.sync_init_transfer_dock(self.transfer_dock)
 
-    def fit(self, data_iters: Iterator[dict]) -> List[Dict[str, float]]:
+    def fit(self, data_iters: Iterator[dict], start_iteration: int = 0, kl_coef: float = None) -> List[Dict[str, float]]:
+        """Iterations ``start_iteration + 1 .. train_iters`` (a resumed run passes
+        the checkpoint's iteration and KL coefficient; the data iterator is
+        already positioned)."""
         td, plan = self.transfer_dock, self.run_plan
         rows = plan.rows_per_round
-        bar = tqdm(range(1, self.train_iters + 1), desc="GRPO", disable=None)
+        if kl_coef is not None:
+            self.kl_ctrl.value = kl_coef
+        ray.get(td.set_round.remote(start_iteration))
+        bar = tqdm(range(start_iteration + 1, self.train_iters + 1), desc="GRPO", disable=None)
         for iteration in bar:
             start = time.perf_counter()
             ray.get(td.clear.remote())
             ray.get(td.put_prompts_experience.remote(self._checked(next(data_iters)), self.dataset_additional_keys))
-            results = list(self.actor_worker.generate_sequences())
+            results = list(self.actor_worker.generate_sequences(iteration))
             metrics = {}
             for reward in self.reward_list:
                 metrics.update(compute_rule_reward(td, reward, rows))
@@ -90,9 +98,22 @@ class RayGRPOTrainer(RayBaseTrainer):
             self.history.append(metrics)
             self.logger.log(iteration, metrics, self._summary(iteration, metrics))
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
-            if self.save_interval and iteration % self.save_interval == 0 and self.save_dir:
-                self.actor_worker.save_checkpoint(self.save_dir)
+            due = self.save_interval and iteration % self.save_interval == 0
+            if self.save_dir and (due or iteration == self.train_iters):
+                self.save(iteration)
         return self.history
+
+    def save(self, iteration: int) -> str:
+        """Checkpoint after ``iteration``: the workers' sharded state, then the
+        trainer state, then the tracker (atomically, last)."""
+        start = time.perf_counter()
+        folder = iteration_dir(self.save_dir, iteration)
+        os.makedirs(folder, exist_ok=True)
+        self.actor_worker.save_checkpoint(folder, self.save_optimizer, self.save_rng)
+        write_state(folder, {"iteration": iteration, "kl_coef": self.kl_ctrl.value, "data_position": iteration})
+        write_tracker(self.save_dir, iteration)
+        print(f"saved checkpoint {folder} in {time.perf_counter() - start:.2f}s", flush=True)
+        return folder
 
     def _checked(self, batch: dict) -> dict:
         """Reject prompts longer than ``max_prompt_length`` (naming the row)."""

@@ -1,6 +1,7 @@
 """Actor, reference and rollout in one worker (upstream's integrated mode)."""
 import functools
 import importlib.util
+import os
 import time
 from typing import Dict, List
 
@@ -11,6 +12,7 @@ from torch.nn.utils.rnn import pad_sequence
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.loss.grpo_loss import grpo_loss
 from mindspeed_rl.models.lr_schedule import lr_at
+from mindspeed_rl.utils.checkpoint import DCP_DIR, CheckpointError
 from mindspeed_rl.utils.dist_sync import all_reduce_scalar, sync_micro_batch_count
 from mindspeed_rl.utils.seqlen_balancing import rearrange_micro_batches
 from mindspeed_rl.workers.base_worker import BaseWorker
@@ -40,7 +42,6 @@ class IntegratedWorker(BaseWorker):
         self.ref = CausalLMEngine(model_path, trainable=False, dtype=half or torch.float32,
                                   **common) if self.run_plan.uses_reference else None
         self.eos_id, self.pad_id = eos_id, pad_id
-        self._generate_calls = 0
         return self.rank
 
     def _lr_schedule(self):
@@ -79,14 +80,15 @@ class IntegratedWorker(BaseWorker):
 
     # ------------------------------------------------------------ stages
 
-    def generate_sequences(self) -> Dict[str, float]:
+    def generate_sequences(self, iteration: int = 0) -> Dict[str, float]:
+        """Rollout of this rank's shares. A share's sampling seed depends on
+        (seed, iteration, its first row) only, so runs repeat and resume exactly."""
         start = time.perf_counter()
         sampling = self.generate_config.sampling_config
         base = sampling["seed"] if sampling["seed"] is not None else self.rl_config.seed
         lengths = []
         for batch, index in self.iterate_stage("actor_rollout", ["prompts"]):
-            seed = base + 7919 * self.parallel_state.dp_rank + self._generate_calls
-            self._generate_calls += 1
+            seed = (base * 1_000_003 + iteration * 7919 + int(index[0])) % 2 ** 63
             responses = self.actor.generate(batch["prompts"], max_new_tokens=sampling["max_tokens"],
                                             temperature=sampling["temperature"], top_p=sampling["top_p"],
                                             top_k=max(0, sampling["top_k"]), min_p=sampling["min_p"],
@@ -179,6 +181,40 @@ class IntegratedWorker(BaseWorker):
             out[f"memory/{stage}_peak_gb"] = torch.cuda.max_memory_allocated(self.device) / 2 ** 30
         return out
 
-    def save_checkpoint(self, path: str):
-        self.actor.save(path)  # every rank gathers its shards; global rank 0 writes
+    # ------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self, folder: str, with_optimizer: bool = True, with_rng: bool = True) -> str:
+        """Sharded actor state (every rank writes its shards) and this rank's RNG state."""
+        self.actor.save_sharded(os.path.join(folder, DCP_DIR), with_optimizer)
+        if with_rng:
+            os.makedirs(os.path.join(folder, "rng"), exist_ok=True)
+            state = {"cpu": torch.get_rng_state()}
+            if self.device.type == "cuda":
+                state["cuda"] = torch.cuda.get_rng_state(self.device)
+            torch.save(state, os.path.join(folder, "rng", f"rank{self.rank}.pt"))
+        return folder
+
+    def load_checkpoint(self, folder: str, iteration: int, with_optimizer: bool = True,
+                        with_rng: bool = True) -> int:
+        """Actor state of ``folder``; the LR schedule resumes after ``iteration``'s steps."""
+        from torch.distributed.checkpoint.api import CheckpointException
+        try:
+            self.actor.load_sharded(os.path.join(folder, DCP_DIR), with_optimizer)
+        except (Exception, CheckpointException) as err:  # (DCP's error is a BaseException) truncated or foreign files
+            raise CheckpointError(f"checkpoint {folder!r} could not be read: {type(err).__name__}: {err}") from err
+        self.actor.set_step(iteration * self.run_plan.steps_per_iteration)
+        if with_rng:
+            path = os.path.join(folder, "rng", f"rank{self.rank}.pt")
+            if not os.path.isfile(path):
+                raise CheckpointError(f"checkpoint {folder!r} has no RNG state for rank {self.rank} ({path}); "
+                                      f"set no_load_rng: true to start fresh random streams")
+            state = torch.load(path)
+            torch.set_rng_state(state["cpu"])
+            if "cuda" in state and self.device.type == "cuda":
+                torch.cuda.set_rng_state(state["cuda"], self.device)
+        return iteration
+
+    def export_hf(self, path: str) -> str:
+        """HF ``save_pretrained`` of the gathered actor (every rank gathers; global rank 0 writes)."""
+        self.actor.save(path)
         return path

@@ -383,6 +383,11 @@ class GRPOTransferDock(TransferDock):
         self._check_consumer(consumer, "all_consumed")
         return bool(self.experience_consumer_status[consumer].sum() == self.max_len)
 
+    def set_round(self, round_index: int):
+        """Continue the round count (a resumed run): the next ``clear`` starts round ``round_index + 1``."""
+        self.round = int(round_index)
+        self._reset_consumers()
+
     def clear(self):
         """Forget all rows, consumer progress, plans and metrics (next round)."""
         self.round += 1

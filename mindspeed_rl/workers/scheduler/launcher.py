@@ -99,8 +99,8 @@ class RayActorGroup:
     def initialize(self, *args):
         return self.execute_sync_command("initialize", *args)
 
-    def generate_sequences(self):
-        return self.execute_sync_command("generate_sequences")
+    def generate_sequences(self, iteration: int = 0):
+        return self.execute_sync_command("generate_sequences", iteration)
 
     def compute_ref_log_prob(self):
         return self.execute_sync_command("compute_ref_log_prob")
@@ -111,8 +111,14 @@ class RayActorGroup:
     def update(self, kl_coef: float):
         return self.execute_sync_command("update", kl_coef)
 
-    def save_checkpoint(self, path: str):
-        return self.execute_sync_command("save_checkpoint", path)[0]
+    def save_checkpoint(self, folder: str, with_optimizer: bool = True, with_rng: bool = True):
+        return self.execute_sync_command("save_checkpoint", folder, with_optimizer, with_rng)[0]
+
+    def load_checkpoint(self, folder: str, iteration: int, with_optimizer: bool = True, with_rng: bool = True):
+        return self.execute_sync_command("load_checkpoint", folder, iteration, with_optimizer, with_rng)[0]
+
+    def export_hf(self, path: str):
+        return self.execute_sync_command("export_hf", path)[0]
 
     def kill(self):
         for actor in self.actors:
