@@ -196,3 +196,22 @@ def test_reward_and_group_normalised_advantage_stages(local):
     want = (groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-6)
     assert torch.allclose(adv, want.reshape(-1), atol=1e-5)
     assert torch.allclose(adv, compute_group_norm_advantages(scores, plan.n_samples))
+
+
+def test_checkpoint_restores_rng_and_lr_step(local, tmp_path, monkeypatch):
+    cfgs, _, (w0, w1) = _setup("actor_config.lr_decay_style=linear")
+    saved = {}
+    monkeypatch.setattr(RecordingEngine, "save_sharded", lambda self, path, opt: saved.update(path=path, opt=opt),
+                        raising=False)
+    monkeypatch.setattr(RecordingEngine, "load_sharded", lambda self, path, opt: saved.update(loaded=path),
+                        raising=False)
+    monkeypatch.setattr(RecordingEngine, "set_step", lambda self, n: saved.update(step=n), raising=False)
+    torch.manual_seed(123)
+    w0.save_checkpoint(str(tmp_path), with_optimizer=False)
+    expected = torch.rand(4)
+    torch.manual_seed(999)
+    w0.load_checkpoint(str(tmp_path), iteration=3)
+    assert torch.equal(torch.rand(4), expected)  # the random stream continues where it was saved
+    assert saved["step"] == 3 * cfgs.plan.steps_per_iteration and saved["opt"] is False
+    with pytest.raises(ValueError, match="no RNG state for rank 1"):  # only rank 0 saved here
+        w1.load_checkpoint(str(tmp_path), iteration=3)
