@@ -317,6 +317,77 @@ def run_ray(data, ranks, count, repeats):
             ray.shutdown()
 
 
+REPLY_TARGET = 0.10      # columnar reply time over the list-of-tensors reply
+RAY_SPEEDUP_TARGET = 10.0  # Ray balanced round vs the seed approach
+RAY_ON_OFF_TARGET = 1.5    # Ray balanced round over the Ray unbalanced round
+
+
+def realistic_reply(rows=ROWS_PER_CALL, seed=0):
+    """A 256-row reply: prompts 64-1024, responses 100-2,000 tokens, three log-prob columns."""
+    g = np.random.default_rng(seed)
+    plen, rlen = g.integers(64, 1025, rows), g.integers(100, 2001, rows)
+    reply = {"prompts": [torch.randint(0, 150000, (int(p),), dtype=torch.int32) for p in plen],
+             "responses": [torch.randint(0, 150000, (int(r),), dtype=torch.int32) for r in rlen]}
+    for key in ("old_log_prob", "ref_log_prob", "advantages"):
+        reply[key] = [torch.randn(int(r)) for r in rlen]
+    return reply
+
+
+def run_transport(repeats):
+    """Through a Ray actor: a 256-row reply as lists of tensors vs one buffer per column;
+    then put / get of 64 MiB per call through one GRPOTransferDock actor."""
+    import ray
+    from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+    from mindspeed_rl.utils.ray_utils import init_ray
+
+    @ray.remote
+    class Replier:
+        def __init__(self):
+            self.reply = realistic_reply()
+
+        def plain(self):
+            return dict(self.reply)
+
+        def columnar(self):
+            return ColumnBatch(self.reply)
+
+    started = init_ray(num_cpus=2)
+    try:
+        actor = Replier.remote()
+        out = {}
+        for kind in ("plain", "columnar"):
+            call = getattr(actor, kind)
+            ray.get(call.remote())  # warm-up
+            times = []
+            for _ in range(max(5, repeats)):
+                t0 = time.perf_counter()
+                reply = ray.get(call.remote())
+                times.append(time.perf_counter() - t0)
+            assert len(reply["responses"]) == ROWS_PER_CALL
+            out[kind] = times
+        nbytes = sum(t.numel() * t.element_size() for v in realistic_reply().values() for t in v)
+        # 64 MiB per call: 256 rows x 65,536 float32 values
+        rows, width = 256, 65536
+        dock = GRPOTransferDock.remote(rows, 1, timeout=60)
+        values = ColumnBatch({"old_log_prob": [torch.randn(width) for _ in range(rows)]})
+        size = rows * width * 4
+        put_t, get_t = [], []
+        for _ in range(max(3, repeats)):
+            ray.get(dock.clear.remote())
+            t0 = time.perf_counter()
+            ray.get(dock.put_experience.remote(values, indexes=list(range(rows))))
+            put_t.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            got, _ = ray.get(dock.get_experience.remote("trainer", ["old_log_prob"], indexes=list(range(rows))))
+            get_t.append(time.perf_counter() - t0)
+            assert len(got["old_log_prob"]) == rows
+        out.update(reply_bytes=nbytes, put=put_t, get=get_t, call_bytes=size)
+        return out
+    finally:
+        if started:
+            ray.shutdown()
+
+
 def batch_pickle_ms(data, count, repeats=3):
     """pickle.dumps + loads of one served batch: what Ray does per call (actor side + caller side)."""
     dock = PlainDock(data.prompts, data.n)
@@ -442,7 +513,33 @@ def main():
               f"offline: {all(ray_equal)}")
     print(f"   (quality context: random (b) {100 * b['imbalance']:.3f}%, seed approach (c) "
           f"{100 * c['imbalance']:.3f}%, ours (a) {100 * a['imbalance']:.4f}%)")
+    verdicts = [speedup >= SPEEDUP_TARGET, overhead < OVERHEAD_TARGET, served_equal]
+    if ray_rows:
+        on = next(r for r in ray_rows if r["balance"])
+        off_ray = next(r for r in ray_rows if not r["balance"])
+        ray_speed = c["total_ms"] / on["total_ms"]
+        ray_ratio = on["total_ms"] / off_ray["total_ms"]
+        verdicts += [ray_speed >= RAY_SPEEDUP_TARGET, ray_ratio <= RAY_ON_OFF_TARGET]
+        print(f"ray speed  : {'PASS' if verdicts[-2] else 'FAIL'}  Ray balanced round {on['total_ms']:.1f} ms vs seed "
+              f"approach (c, in-process, a lower bound of its Ray cost) {c['total_ms']:.1f} ms = {ray_speed:.1f}x; "
+              f"target >= {RAY_SPEEDUP_TARGET:.0f}x")
+        print(f"ray on/off : {'PASS' if verdicts[-1] else 'FAIL'}  Ray balanced {on['total_ms']:.1f} ms / unbalanced "
+              f"{off_ray['total_ms']:.1f} ms = {ray_ratio:.2f}x; target <= {RAY_ON_OFF_TARGET}x")
+        tr = run_transport(args.repeats)
+        plain, col = statistics.median(tr["plain"]), statistics.median(tr["columnar"])
+        verdicts.append(col <= REPLY_TARGET * plain)
+        print(f"reply      : {'PASS' if verdicts[-1] else 'FAIL'}  {ROWS_PER_CALL}-row reply ({tr['reply_bytes'] / 2**20:.1f} "
+              f"MiB: prompts, responses, 3 log-prob columns) through Ray: lists of tensors {1e3 * plain:.1f} ms "
+              f"(min-max {1e3 * min(tr['plain']):.1f}-{1e3 * max(tr['plain']):.1f}), one buffer per column "
+              f"{1e3 * col:.1f} ms ({1e3 * min(tr['columnar']):.1f}-{1e3 * max(tr['columnar']):.1f}) = "
+              f"{col / plain:.3f}; target <= {REPLY_TARGET}")
+        gib = tr["call_bytes"] / 2**30
+        print(f"bandwidth  : one dock actor, {tr['call_bytes'] / 2**20:.0f} MiB per call: put "
+              f"{gib / statistics.median(tr['put']):.2f} GiB/s, get {gib / statistics.median(tr['get']):.2f} GiB/s "
+              f"(medians of {len(tr['put'])}; min-max put {1e3 * min(tr['put']):.0f}-{1e3 * max(tr['put']):.0f} ms, "
+              f"get {1e3 * min(tr['get']):.0f}-{1e3 * max(tr['get']):.0f} ms)")
     print(f"wall time: {time.perf_counter() - t_start:.1f} s")
+    failed = not all(verdicts)
 
     if args.json:
         keep = ("method", "total_ms", "first_ms", "rest_ms", "totals_ms", "imbalance")
@@ -459,7 +556,11 @@ def main():
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2))
         print(f"saved {args.json}")
+    if failed and not args.quick:
+        print("some targets FAILED", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

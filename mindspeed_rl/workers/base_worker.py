@@ -11,6 +11,7 @@ import torch.distributed as dist
 from transformers.utils import logging as hf_logging
 
 from mindspeed_rl.models.device import get_device, get_dist_backend
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch
 from mindspeed_rl.utils.dist_sync import broadcast_object
 from mindspeed_rl.workers.parallel_state import ParallelState
 
@@ -89,7 +90,7 @@ class BaseWorker:
                                    use_vllm: bool = False):
         """Write results back (the TP source only; its peers hold the same values)."""
         if self.is_tp_src:
-            output = {k: [t.detach().cpu() for t in v] for k, v in output.items()}
+            output = ColumnBatch({k: [t.detach().cpu() for t in v] for k, v in output.items()})
             ray.get(self.td.put_experience.remote(data_dict=output, indexes=index))
 
     def iterate_stage(self, stage: str, columns: List[str]) -> Iterator[Tuple[dict, List[int]]]:

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from mindspeed_rl.trainer.utils.balance_plan import BalancePlanner
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, Packed, narrow, pack
 from mindspeed_rl.trainer.utils.experience_packing import LENGTH_COLUMNS, trans_input_to_experience
 from mindspeed_rl.utils.metrics import Metric
 
@@ -76,34 +77,41 @@ class TransferDock:
     # ------------------------------------------------------------ storage
 
     def _put(self, experience_columns: List[str], experience: List[List[Tensor]], indexes: List[int]):
-        """Write rows; every check runs before anything is written."""
+        """Write rows (one list of per-row tensors per column); every check runs before anything is written."""
         self._check_columns(experience_columns, "put experience")
-        rows = self._check_indexes(indexes, "put experience")
         if len(experience) != len(experience_columns):
             raise ValueError(f"put experience: {len(experience_columns)} columns but {len(experience)} data lists")
+        packed = [pack(c, list(v)) for c, v in zip(experience_columns, experience)]
+        self._put_packed(experience_columns, packed, indexes)
+
+    def _put_packed(self, experience_columns: List[str], packed: List[Packed], indexes):
+        self._check_columns(experience_columns, "put experience")
+        rows = self._check_indexes(indexes, "put experience")
         lengths = {}
-        for column, values in zip(experience_columns, experience):
-            if len(values) != rows.numel():
-                raise ValueError(f"put experience: column '{column}' has {len(values)} rows "
+        for column, part in zip(experience_columns, packed):
+            if part[1].numel() != rows.numel():
+                raise ValueError(f"put experience: column '{column}' has {part[1].numel()} rows "
                                  f"but {rows.numel()} indexes were given")
+            self.experience_data[column].check(column, part)
             if column in LENGTH_COLUMNS:
-                lengths[column] = self._scalar_column(column, values)
+                lengths[column] = self._scalar_column(column, part)
         with self._data_lock:
-            for column, values in zip(experience_columns, experience):
-                data = self.experience_data[column]
-                for row, value in zip(rows.tolist(), values):
-                    data[row] = value
+            for column, part in zip(experience_columns, packed):
+                self.experience_data[column].put(rows, part)
                 if column in lengths:
                     self.experience_lengths[column][rows] = lengths[column]
                 self.experience_data_status[column][rows] = 1
 
     @staticmethod
-    def _scalar_column(column: str, values: List[Tensor]) -> Tensor:
-        sizes = [v.numel() for v in values]
-        if any(s != 1 for s in sizes):
-            row = next(i for i, s in enumerate(sizes) if s != 1)
-            raise ValueError(f"put experience: column '{column}' needs one number per row, row {row} has {sizes[row]}")
-        return torch.cat([v.reshape(1) for v in values]).to(torch.int64)
+    def _scalar_column(column: str, part: Packed) -> Tensor:
+        flat, lengths, trailing = part
+        width = 1 if not trailing else int(torch.tensor(trailing).prod())
+        sizes = lengths * width
+        if bool((sizes != 1).any()):
+            row = int((sizes != 1).nonzero()[0, 0])
+            raise ValueError(f"put experience: column '{column}' needs one number per row, "
+                             f"row {row} has {int(sizes[row])}")
+        return flat.to(torch.int64)
 
     def _missing(self, columns: Sequence[str], rows: Tensor) -> Dict[str, List[int]]:
         missing = {}
@@ -126,15 +134,21 @@ class TransferDock:
             missing = self._missing(columns, rows)
 
     def _get(self, experience_columns: List[str], indexes: Union[List[int], Tensor], consumer: str = ""):
+        """Per column, the list of the rows' tensors (views of one gathered buffer)."""
+        batch = self._get_batch(experience_columns, indexes, consumer)
+        return [batch[c] for c in experience_columns]
+
+    def _get_batch(self, experience_columns: List[str], indexes: Union[List[int], Tensor],
+                   consumer: str = "") -> ColumnBatch:
         rows = indexes if isinstance(indexes, Tensor) else self._check_indexes(indexes, "get experience")
         self._wait_for_data(experience_columns, rows, consumer)
-        row_list = rows.tolist()
-        return [[self.experience_data[c][r] for r in row_list] for c in experience_columns]
+        with self._data_lock:
+            return ColumnBatch(packed={c: self.experience_data[c].packed(rows) for c in experience_columns})
 
     def _clear_experience_data_and_status(self, indexes=None):
         with self._data_lock:
             if indexes is None:
-                self.experience_data = {c: [None] * self.max_len for c in self.experience_columns}
+                self.experience_data = {c: ColumnStore(self.max_len) for c in self.experience_columns}
                 self.experience_data_status = {c: torch.zeros(self.max_len, dtype=torch.int32)
                                                for c in self.experience_columns}
                 self.experience_lengths = {c: torch.zeros(self.max_len, dtype=torch.int64)
@@ -143,8 +157,7 @@ class TransferDock:
             rows = self._check_indexes(indexes, "clear experience")
             for column in self.experience_columns:
                 self.experience_data_status[column][rows] = 0
-                for row in rows.tolist():
-                    self.experience_data[column][row] = None
+                self.experience_data[column].clear_rows(rows)
 
     def get_experience_data(self):
         return self.experience_data
@@ -224,8 +237,14 @@ class GRPOTransferDock(TransferDock):
     # ------------------------------------------------------------ put
 
     def put_experience(self, data_dict: Dict[str, Union[Tensor, List[Tensor]]], indexes: List[int] = None):
+        """Write ``data_dict`` (column -> rows) at ``indexes``; a ColumnBatch that
+        came through Ray is written straight from its per-column buffers."""
         if not indexes:
             raise ValueError("put experience: indexes must be provided")
+        packed = getattr(data_dict, "_packed", None)
+        if packed is not None:
+            self._put_packed(list(packed), [narrow(p) for p in packed.values()], indexes)
+            return
         columns, experience = trans_input_to_experience(data_dict)
         self._put(columns, experience, indexes)
 
@@ -280,8 +299,7 @@ class GRPOTransferDock(TransferDock):
                 rows = self._sample(consumer, experience_columns, experience_count, get_n_samples, balance)
             if rows is None:
                 return None, None
-        experience = self._get(experience_columns, rows, consumer)
-        return dict(zip(experience_columns, experience)), rows.tolist()
+        return self._get_batch(experience_columns, rows, consumer), rows.tolist()
 
     def get_rank_share(self, consumer: str, experience_columns: List[str], dp_rank: int):
         """The next share of ``consumer`` for DP rank ``dp_rank``, from the run
@@ -313,8 +331,7 @@ class GRPOTransferDock(TransferDock):
                                    f"taken outside the round's plan")
             self.experience_consumer_status[consumer][rows] = 1
             served[dp_rank] += 1
-        experience = self._get(experience_columns, rows, consumer)
-        return dict(zip(experience_columns, experience)), rows.tolist(), False
+        return self._get_batch(experience_columns, rows, consumer), rows.tolist(), False
 
     def _plan_round(self, consumer, columns, stage) -> Optional[List[Tensor]]:
         """Split the whole round into the stage's shares once all its rows are ready."""

@@ -65,3 +65,14 @@ def test_consumers_from_separate_processes(local_ray):
     shares = ray.get([rank_task.remote(td) for _ in range(8)])
     assert sorted(i for s in shares for i in s) == list(range(32))
     ray.kill(td)
+
+
+def test_replies_and_puts_travel_as_one_buffer_per_column(local_ray):
+    from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+    td = GRPOTransferDock.remote(4, 2, timeout=30)
+    rows = [torch.arange(i + 1, dtype=torch.float32) for i in range(8)]
+    ray.get(td.put_experience.remote(ColumnBatch({"old_log_prob": rows}), list(range(8))))
+    batch, idx = ray.get(td.get_experience.remote("trainer", ["old_log_prob"], indexes=[5, 0, 7]))
+    assert isinstance(batch, ColumnBatch) and idx == [5, 0, 7]
+    assert [t.tolist() for t in batch["old_log_prob"]] == [rows[5].tolist(), rows[0].tolist(), rows[7].tolist()]
+    assert len({t.untyped_storage().data_ptr() for t in batch["old_log_prob"]}) == 1  # views of one buffer

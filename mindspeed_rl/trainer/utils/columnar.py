@@ -1,0 +1,197 @@
+"""Columnar experience: storage and one-buffer-per-column transport.
+
+``ColumnStore`` keeps one column of the dock: every row's values in one flat
+buffer of the column's dtype, with per-row start and length (rows share their
+trailing shape). ``ColumnBatch`` is the dict of per-row tensors that
+``get_experience`` returns and ``put_experience`` takes; pickled (through Ray)
+it travels as one numpy buffer plus lengths per column, and the receiver gets
+per-row tensors that are views of the received buffer (read-only when Ray
+maps them from its object store).
+"""
+import warnings
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+# (flat values, per-row first-dim lengths, trailing shape or None for 0-d rows)
+Packed = Tuple[Tensor, Tensor, Optional[Tuple[int, ...]]]
+_VIEW_AS = {torch.bfloat16: torch.int16}  # dtypes numpy lacks travel as same-width ints
+
+
+def _row_layout(column: str, values: List[Tensor]) -> Tuple[Optional[Tuple[int, ...]], torch.dtype]:
+    """Trailing shape (None: 0-d rows) and common dtype of ``values``; ValueError naming the row."""
+    first = values[0]
+    trailing = None if first.dim() == 0 else tuple(first.shape[1:])
+    dtype = first.dtype
+    for row, value in enumerate(values):
+        if not isinstance(value, Tensor):
+            raise ValueError(f"column '{column}' row {row}: expected a tensor, got {type(value).__name__}")
+        shape = None if value.dim() == 0 else tuple(value.shape[1:])
+        if shape != trailing:
+            raise ValueError(f"column '{column}' row {row}: shape {tuple(value.shape)} does not match "
+                             f"the other rows' trailing shape {trailing}")
+        dtype = torch.promote_types(dtype, value.dtype)
+    return trailing, dtype
+
+
+def pack(column: str, values: List[Tensor]) -> Packed:
+    """Rows -> (flat buffer, first-dim lengths, trailing shape)."""
+    trailing, dtype = _row_layout(column, values)
+    lengths = torch.tensor([1 if v.dim() == 0 else v.shape[0] for v in values], dtype=torch.int64)
+    flat = torch.cat([v.reshape(-1).to(dtype) for v in values]) if values else torch.empty(0, dtype=dtype)
+    return flat, lengths, trailing
+
+
+def narrow(part: Packed) -> Packed:
+    """int64 values stored as int32, as the dock does for rows given as lists."""
+    flat, lengths, trailing = part
+    return (flat.to(torch.int32) if flat.dtype == torch.int64 else flat), lengths, trailing
+
+
+def unpack(flat: Tensor, lengths: Tensor, trailing: Optional[Tuple[int, ...]]) -> List[Tensor]:
+    """Per-row views of ``flat``."""
+    if trailing is None:
+        return list(flat.unbind(0)) if flat.numel() else []
+    width = int(np.prod(trailing)) if trailing else 1
+    rows = torch.split(flat, (lengths * width).tolist())
+    return [r.view(-1, *trailing) for r in rows]
+
+
+class ColumnBatch(dict):
+    """Column name -> list of per-row tensors; pickles as one buffer per column."""
+
+    def __init__(self, data=None, packed: Dict[str, Packed] = None):
+        if packed is not None:
+            data = {k: unpack(*p) for k, p in packed.items()}
+        super().__init__(data or {})
+        self._packed = packed
+
+    def __reduce__(self):
+        packed = self._packed if self._packed is not None else {k: pack(k, list(v)) for k, v in self.items()}
+        wire = {}
+        for key, (flat, lengths, trailing) in packed.items():
+            view = _VIEW_AS.get(flat.dtype)
+            array = (flat.view(view) if view is not None else flat).contiguous().numpy()
+            wire[key] = (array, str(flat.dtype), lengths.numpy(), trailing)
+        return _rebuild, (wire,)
+
+
+def _rebuild(wire) -> ColumnBatch:
+    packed = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Ray hands back read-only arrays
+        for key, (array, dtype, lengths, trailing) in wire.items():
+            flat = torch.from_numpy(array)
+            dtype = getattr(torch, dtype.split(".")[-1])
+            if flat.dtype != dtype:
+                flat = flat.view(dtype)
+            packed[key] = (flat, torch.from_numpy(np.asarray(lengths)), trailing)
+    return ColumnBatch(packed=packed)
+
+
+class ColumnStore:
+    """One dock column: rows' values in one growing flat buffer."""
+
+    def __init__(self, max_len: int):
+        self.max_len = max_len
+        self.clear()
+
+    def clear(self):
+        self._data: Optional[Tensor] = None
+        self._used = 0
+        self._trailing: Optional[Tuple[int, ...]] = ()
+        self._start = torch.zeros(self.max_len, dtype=torch.int64)
+        self._len = torch.full((self.max_len,), -1, dtype=torch.int64)  # -1: no value
+        self._live = 0  # elements referenced by rows; the rest is garbage from overwrites
+
+    def check(self, column: str, packed: Packed):
+        """Raise ValueError if ``packed`` rows cannot join this column (nothing written)."""
+        _, _, trailing = packed
+        if self._data is not None and self._live and trailing != self._trailing:
+            raise ValueError(f"column '{column}': rows of trailing shape {trailing} cannot join rows of "
+                             f"shape {self._trailing}")
+
+    def put(self, rows: Tensor, packed: Packed):
+        flat, lengths, trailing = packed
+        width = int(np.prod(trailing)) if trailing else 1
+        sizes = lengths * width
+        self._clear_rows(rows)
+        if self._data is None or not self._live:
+            self._data, self._used, self._trailing = None, 0, trailing
+        self._ensure(flat)
+        starts = self._used + torch.cumsum(sizes, 0) - sizes
+        self._data[self._used:self._used + flat.numel()] = flat
+        self._start[rows], self._len[rows] = starts, lengths
+        self._used += flat.numel()
+        self._live += int(sizes.sum())
+
+    def _ensure(self, flat: Tensor):
+        need = self._used + flat.numel()
+        if self._data is None:
+            self._data = torch.empty(max(need, 1024), dtype=flat.dtype)
+            return
+        dtype = torch.promote_types(self._data.dtype, flat.dtype)
+        if need > self._data.numel() and self._live < self._used // 2:
+            self._compact()
+            need = self._used + flat.numel()
+        if need > self._data.numel() or dtype != self._data.dtype:
+            grown = torch.empty(max(need, 2 * self._data.numel()), dtype=dtype)
+            grown[:self._used] = self._data[:self._used]
+            self._data = grown
+
+    def _compact(self):
+        """Drop the values of overwritten rows (kept rows move to the front)."""
+        rows = (self._len >= 0).nonzero(as_tuple=True)[0]
+        flat, lengths = self.get(rows)
+        self._used = 0
+        self._data[:flat.numel()] = flat.clone()
+        width = self._width()
+        sizes = lengths * width
+        self._start[rows] = torch.cumsum(sizes, 0) - sizes
+        self._used = flat.numel()
+
+    def _width(self) -> int:
+        return int(np.prod(self._trailing)) if self._trailing else 1
+
+    def _clear_rows(self, rows: Tensor):
+        present = rows[self._len[rows] >= 0]
+        self._live -= int((self._len[present] * self._width()).sum())
+        self._len[present] = -1
+
+    def clear_rows(self, rows: Tensor):
+        self._clear_rows(rows)
+
+    def get(self, rows: Tensor) -> Tuple[Tensor, Tensor]:
+        """(flat values of ``rows`` in order, their first-dim lengths); one gather."""
+        lengths = self._len[rows]
+        if bool((lengths < 0).any()):
+            raise KeyError(f"rows {rows[lengths < 0][:8].tolist()} hold no value")
+        sizes = lengths * self._width()
+        total = int(sizes.sum())
+        if total >= 64 * rows.numel():  # long rows: one memcpy per row beats an index gather
+            starts = self._start[rows].tolist()
+            return torch.cat([self._data[a:a + n] for a, n in zip(starts, sizes.tolist())]), lengths
+        base = torch.repeat_interleave(self._start[rows] - (torch.cumsum(sizes, 0) - sizes), sizes)
+        index = base + torch.arange(total)
+        return self._data[index], lengths
+
+    def packed(self, rows: Tensor) -> Packed:
+        flat, lengths = self.get(rows)
+        return flat, lengths, self._trailing
+
+    def __getitem__(self, row: int) -> Optional[Tensor]:
+        row = int(row)
+        if self._len[row] < 0:
+            return None
+        start, length = int(self._start[row]), int(self._len[row])
+        if self._trailing is None:
+            return self._data[start]
+        return self._data[start:start + length * self._width()].view(-1, *self._trailing)
+
+    def __len__(self) -> int:
+        return self.max_len
+
+    def __iter__(self):
+        return (self[r] for r in range(self.max_len))
