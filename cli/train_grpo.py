@@ -1,60 +1,89 @@
 """Train with GRPO on Ray from an upstream-style YAML config.
 
     python cli/train_grpo.py --config configs/grpo_tiny_cpu.yaml [--tiny-model-dir DIR]
-        [--output-dir DIR] [section.key=value ...]
+        [--output-dir DIR] [--debug] [section.key=value ...]
 
 ``megatron_training.model_path`` is a local HF checkpoint directory (a real
 Qwen2 model on GPU/NPU); ``--tiny-model-dir`` builds a tiny random one there
 first (CPU runs, tests). ``megatron_training.data_path`` is ``toy:<task>``
 (see mindspeed_rl/datasets/toy_tasks.py) or a JSONL file of prompts.
+Config, model and data problems are found before Ray starts and printed as
+one line ``error: ...`` (exit 2); ``--debug`` or ``MSRL_DEBUG=1`` shows the traceback.
 """
 import argparse
+import itertools
 import os
 import sys
 from typing import Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import ray  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
-
-from mindspeed_rl.config_cls.loader import build_configs, load_config  # noqa: E402
-from mindspeed_rl.config_cls.model_arch import check_against_checkpoint, hf_config_kwargs  # noqa: E402
-from mindspeed_rl.datasets.prompt_dataset import prompt_batches  # noqa: E402
-from mindspeed_rl.models.rule_reward import RuleReward  # noqa: E402
-from mindspeed_rl.models.tiny_model import build_tiny_checkpoint  # noqa: E402
-from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer  # noqa: E402
-from mindspeed_rl.utils.checkpoint import is_checkpoint, read_state, resolve  # noqa: E402
-from mindspeed_rl.utils.loggers import MetricsLogger  # noqa: E402
-from mindspeed_rl.utils.ray_utils import init_ray  # noqa: E402
-from mindspeed_rl.workers.integrated_worker import IntegratedWorker  # noqa: E402
-from mindspeed_rl.workers.scheduler.launcher import RayActorGroup  # noqa: E402
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
-def _quiet_hf():
-    from transformers.utils import logging as hf_logging
-    hf_logging.disable_progress_bar()
+def _check_model_folder(path: str, tiny_model_dir: str = None):
+    """The model folder must hold a config and a tokenizer; name what is missing."""
+    if not path:
+        raise ValueError("megatron_training.model_path is not set: give a local HF checkpoint folder, "
+                         "or --tiny-model-dir DIR to build a tiny random model there")
+    if not os.path.isdir(path):
+        raise ValueError(f"megatron_training.model_path={path!r} is not a folder")
+    missing = [] if os.path.isfile(os.path.join(path, "config.json")) else ["config.json"]
+    if not any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES):
+        missing.append(f"a tokenizer (one of {', '.join(TOKENIZER_FILES)})")
+    if missing:
+        raise ValueError(f"model folder {path!r} lacks {' and '.join(missing)}")
+
+
+def _start_iteration(actor) -> int:
+    """Iteration a run resumes after (0 unless ``load`` names a checkpoint and not finetune)."""
+    from mindspeed_rl.utils.checkpoint import is_checkpoint, resolve
+    if actor.load and is_checkpoint(actor.load) and not actor.finetune:
+        return resolve(actor.load)[1]
+    return 0
 
 
 def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo",
         tiny_model_dir: str = None) -> List[Dict[str, float]]:
     """Run training; returns the per-iteration metrics."""
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from mindspeed_rl.config_cls.loader import build_configs, load_config
+    from mindspeed_rl.config_cls.model_arch import check_against_checkpoint, hf_config_kwargs
+    from mindspeed_rl.datasets.prompt_dataset import prompt_batches
+    from mindspeed_rl.models.tiny_model import build_tiny_checkpoint
+
+    hf_logging.disable_progress_bar()
     overrides = list(overrides)
-    _quiet_hf()
     if tiny_model_dir:
         overrides.append(f"megatron_training.model_path={os.path.abspath(tiny_model_dir)}")
     cfgs = build_configs(load_config(config, overrides))
-    actor, rl, gen, plan = cfgs.actor_config, cfgs.rl_config, cfgs.generate_config, cfgs.plan
+    actor, rl, gen = cfgs.actor_config, cfgs.rl_config, cfgs.generate_config
     if tiny_model_dir and not os.path.exists(os.path.join(tiny_model_dir, "config.json")):
         build_tiny_checkpoint(tiny_model_dir, seed=0, **hf_config_kwargs(actor))
-    if not actor.model_path or not os.path.isdir(actor.model_path):
-        raise ValueError(f"megatron_training.model_path must be a local checkpoint directory, got {actor.model_path!r}")
+    _check_model_folder(actor.model_path)
     check_against_checkpoint(actor, actor.model_path)
     tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path,
                                               trust_remote_code=gen.trust_remote_code)
+    start = _start_iteration(actor)
+    data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer, start=start)
+    data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
+    print(f"run plan: {cfgs.plan.summary()}")
+    return _train(cfgs, tokenizer, data, start, output_dir)
+
+
+def _train(cfgs, tokenizer, data, start, output_dir):
+    from mindspeed_rl.models.rule_reward import RuleReward
+    from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
+    from mindspeed_rl.utils.loggers import MetricsLogger
+    from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
+    from mindspeed_rl.workers.integrated_worker import IntegratedWorker
+    from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
+
+    actor, rl, gen, plan = cfgs.actor_config, cfgs.rl_config, cfgs.generate_config, cfgs.plan
     eos_id = tokenizer.eos_token_id
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
-    print(f"run plan: {plan.summary()}")
     os.makedirs(output_dir, exist_ok=True)
     started = init_ray(temp_dir=os.path.join(output_dir, "ray"))
     group = None
@@ -62,7 +91,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     try:
         group = RayActorGroup(IntegratedWorker, actor, rl, gen, plan)
         group.initialize(actor.model_path, eos_id, pad_id)
-        start, kl_coef = _load_checkpoint(group, actor)
+        kl_coef = _load_checkpoint(group, actor, start)
         extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]
         trainer = RayGRPOTrainer(
             actor_worker=group, reward_list=[RuleReward(rl.verifier_function, rl.verifier_weight, eos_id)],
@@ -71,7 +100,6 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
             kl_horizon=rl.kl_horizon, kl_target=rl.kl_target, init_kl_coef=rl.init_kl_coef,
             dataset_additional_keys=extra_keys, max_prompt_length=rl.max_prompt_length,
             save_optimizer=not actor.no_save_optim, save_rng=not actor.no_save_rng)
-        data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer, start=start)
         history = trainer.fit(data, start_iteration=start, kl_coef=kl_coef)
         if actor.save:
             export = os.path.join(actor.save, "hf")
@@ -84,36 +112,59 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
         if group is not None:
             group.shutdown()
         if started:
-            ray.shutdown()
+            shutdown_ray()
 
 
-def _load_checkpoint(group, actor):
-    """Resume from ``load`` (iteration, KL coefficient) or, with finetune, take
-    its weights only; returns (start iteration, KL coefficient or None)."""
+def _load_checkpoint(group, actor, start: int):
+    """Resume from ``load`` (its KL coefficient is returned) or, with finetune,
+    take its weights only (None)."""
+    from mindspeed_rl.utils.checkpoint import is_checkpoint, read_state, resolve
     if not actor.load or not is_checkpoint(actor.load):
-        return 0, None
+        return None
     folder, iteration = resolve(actor.load)
     if actor.finetune:  # weights only, from iteration 0 (as Megatron's --finetune)
         group.load_checkpoint(folder, 0, False, False)
         print(f"loaded weights of {folder} (finetune: iteration 0)")
-        return 0, None
-    group.load_checkpoint(folder, iteration, not actor.no_load_optim, not actor.no_load_rng)
-    print(f"resumed from {folder} at iteration {iteration}")
-    return iteration, read_state(folder)["kl_coef"]
+        return None
+    group.load_checkpoint(folder, start, not actor.no_load_optim, not actor.no_load_rng)
+    print(f"resumed from {folder} at iteration {start}")
+    return read_state(folder)["kl_coef"]
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--output-dir", default="outputs/grpo")
-    parser.add_argument("--tiny-model-dir", default=None)
-    parser.add_argument("overrides", nargs="*", help="section.key=value")
-    args = parser.parse_args(argv)
-    history = run(args.config, args.overrides, args.output_dir, args.tiny_model_dir)
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="GRPO training with DP batch balance on Ray, from an "
+                                                 "upstream-style YAML config.")
+    parser.add_argument("--config", required=True, help="YAML config, e.g. configs/grpo_tiny_cpu.yaml")
+    parser.add_argument("--output-dir", default="outputs/grpo",
+                        help="run folder: metrics.jsonl, balance.jsonl, TensorBoard, Ray session files")
+    parser.add_argument("--tiny-model-dir", default=None,
+                        help="build a tiny random model of the config's model section here (if not there "
+                             "yet) and train it; sets megatron_training.model_path")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value",
+                        help="config overrides, value parsed as YAML (e.g. megatron_training.train_iters=8)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    debug = args.debug or os.environ.get("MSRL_DEBUG") == "1"
+    try:
+        history = run(args.config, args.overrides, args.output_dir, args.tiny_model_dir)
+    except (ValueError, TypeError, FileNotFoundError, KeyError, OSError, RuntimeError, TimeoutError) as err:
+        if debug:
+            raise
+        text = " ".join(str(err).split())
+        print(f"error: {text}", file=sys.stderr)
+        return 1 if isinstance(err, (RuntimeError, TimeoutError)) else 2
+    if not history:
+        print("done: no iteration left to run (train_iters is not above the resumed iteration)")
+        return 0
     first, last = history[0], history[-1]
     print(f"done: {len(history)} iterations, reward {first.get('reward/mean', 0):.3f} -> "
           f"{last.get('reward/mean', 0):.3f}; metrics in {os.path.join(args.output_dir, 'metrics.jsonl')}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

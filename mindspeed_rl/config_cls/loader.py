@@ -14,7 +14,9 @@ Each model name is read from ``<name>.yaml`` in ``<config_dir>/model``,
 ``<config_dir>/../model`` or the repository's ``configs/model`` (first hit),
 and collected into a ``model`` section ``{name: {...}}``.
 """
+import difflib
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,8 @@ REPO_MODEL_DIR = Path(__file__).resolve().parents[2] / "configs" / "model"
 ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config")
 KNOWN_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config",
                   "rl_config", "generate_config", "model")
+# upstream sections that load but are not carried out (a warning when not empty)
+IGNORED_SECTIONS = {"profiler_config": "no profiling is done", "msprobe_config": "no msprobe dumps are written"}
 
 
 class ConfigError(ValueError):
@@ -97,6 +101,22 @@ def _load_model_file(name, config_dir):
     raise FileNotFoundError(f"model file for '{name}' not found; searched: {', '.join(tried)}")
 
 
+def _check_sections(cfg, source):
+    """Unknown top-level sections are errors (a typo would drop a whole section)."""
+    known = KNOWN_SECTIONS + tuple(IGNORED_SECTIONS)
+    for section in cfg:
+        if section not in known:
+            close = [k for k in known if k.startswith(str(section))] or difflib.get_close_matches(section, known, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"unknown section '{section}' in {source}{hint}; known sections: {', '.join(known)}")
+
+
+def _warn_ignored_sections(cfg):
+    for section, instead in IGNORED_SECTIONS.items():
+        if cfg.get(section):
+            warnings.warn(f"section '{section}' is not implemented: {instead}", UserWarning, stacklevel=3)
+
+
 def _apply_override(cfg, item):
     if not isinstance(item, str) or "=" not in item:
         raise ConfigError(f"override {item!r} must look like 'section.key=value'")
@@ -140,8 +160,10 @@ def load_config(path, overrides=None):
             raise ConfigError(f"section '{section}' in {path} must be a mapping, "
                               f"got {type(body).__name__}")
         cfg[section] = dict(body)
+    _check_sections(cfg, f"{path}")
     for item in overrides or []:
         _apply_override(cfg, item)
+        _check_sections(cfg, f"override {item!r}")
 
     inline = cfg.pop("model", {})
     if not isinstance(inline, Mapping):
@@ -203,6 +225,7 @@ def build_configs(cfg):
         reward_config = MegatronConfig({**training, **section("reward_config")}, models)
     generate_config = GenerateConfig(section("generate_config"))
 
+    _warn_ignored_sections(cfg)
     check_keys(actor_config, rl_config, generate_config, error_cls=ConfigError)
     check_fixed(actor_config, error_cls=ConfigError)
     _weights_from_load(actor_config)

@@ -65,8 +65,8 @@ def _check_batches(actor_config, rl_config):
                          f"multiple of rl_config.n_samples_per_prompt={n}")
     if total % mini != 0:
         raise ValueError(
-            f"global_batch_size * rl_config.n_samples_per_prompt = {total} must be "
-            f"divisible by rl_config.mini_batch_size={mini} (in samples)")
+            f"rl_config.mini_batch_size={mini // n} prompts ({mini} samples with n_samples_per_prompt={n}) "
+            f"must divide global_batch_size={actor_config.global_batch_size} prompts ({total} samples)")
 
 
 def validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config):

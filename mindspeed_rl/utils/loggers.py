@@ -1,6 +1,9 @@
-"""Per-iteration metrics to stdout, a JSONL file and TensorBoard (when installed)."""
+"""Per-iteration metrics to stdout, a JSONL file and TensorBoard (when installed);
+Loggers: upstream's named console logger."""
 import json
+import logging
 import os
+from datetime import datetime, timezone
 from typing import Dict, List, Optional
 
 
@@ -43,3 +46,45 @@ class MetricsLogger:
             self.jsonl.close()
         if self.tensorboard:
             self.tensorboard.close()
+
+
+class Loggers:
+    """A named stdlib logger with one console handler; ``info`` etc. take optional
+    ``iteration``/``steps`` to prefix the message (dict messages become ``key : value`` pairs)."""
+
+    def __init__(self, name: str = "root", logger_level: int = logging.INFO):
+        self.logger = logging.getLogger(name)
+        self.logger.setLevel(logger_level)
+        if not self.logger.handlers:
+            handler = logging.StreamHandler()
+            handler.setLevel(logger_level)
+            handler.setFormatter(logging.Formatter("%(asctime)s - %(levelname)s - %(message)s"))
+            self.logger.addHandler(handler)
+        self.logger.propagate = False
+
+    @staticmethod
+    def handle_msg(msg, level: str, iteration=None, steps=None) -> str:
+        now = datetime.now(tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        if iteration is None or steps is None:
+            return f"[{now}] {level} {msg}"
+        if isinstance(msg, dict):
+            body = " | ".join(f"{k} : {v:.4e}" if k.endswith("/lr") else f"{k} : {v:.4f}" for k, v in msg.items())
+        else:
+            body = str(msg)
+        return f"[{now}] iteration: {iteration} / {steps} | {body}"
+
+    def info(self, msg, iteration=None, steps=None):
+        # under torch.distributed only the last rank logs info
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized() and dist.get_rank() != dist.get_world_size() - 1:
+            return
+        self.logger.info(self.handle_msg(msg, "INFO", iteration, steps))
+
+    def warning(self, msg, iteration=None, steps=None):
+        self.logger.warning(self.handle_msg(msg, "WARNING", iteration, steps))
+
+    def debug(self, msg, iteration=None, steps=None):
+        self.logger.debug(self.handle_msg(msg, "DEBUG", iteration, steps))
+
+    def error(self, msg, iteration=None, steps=None):
+        self.logger.error(self.handle_msg(msg, "ERROR", iteration, steps))

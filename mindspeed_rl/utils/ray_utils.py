@@ -1,9 +1,21 @@
 """Starting and joining Ray: a loopback-only local cluster unless RAY_ADDRESS is set."""
+import logging
 import os
+import shutil
 import tempfile
 from typing import Optional
 
 import ray
+
+
+_OWN_TEMP_DIRS = []  # session folders this process made outside a run folder
+
+
+def shutdown_ray() -> None:
+    """``ray.shutdown()`` and remove the session folders ``init_ray`` made under /tmp."""
+    ray.shutdown()
+    while _OWN_TEMP_DIRS:
+        shutil.rmtree(_OWN_TEMP_DIRS.pop(), ignore_errors=True)
 
 
 def init_ray(temp_dir: Optional[str] = None, num_cpus: Optional[int] = None, **kwargs) -> bool:
@@ -20,7 +32,10 @@ def init_ray(temp_dir: Optional[str] = None, num_cpus: Optional[int] = None, **k
         return True
     if temp_dir is None or len(os.path.abspath(temp_dir)) > 60:
         temp_dir = tempfile.mkdtemp(prefix="msrl_ray_")
+        _OWN_TEMP_DIRS.append(temp_dir)
     os.makedirs(temp_dir, exist_ok=True)
+    # a loopback-only cluster started here: Ray's notice about its token auth is noise on every run
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     ray.init(_node_ip_address="127.0.0.1", num_cpus=num_cpus, include_dashboard=False,
              _temp_dir=os.path.abspath(temp_dir), **kwargs)
     return True

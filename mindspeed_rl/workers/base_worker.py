@@ -66,6 +66,7 @@ class BaseWorker:
         self.td = td
 
     def shutdown(self):
+        self.td = None  # drop the dock handle now, not while the process is being killed
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -1,7 +1,7 @@
 import pytest
 import ray
 
-from mindspeed_rl.utils.ray_utils import init_ray
+from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -10,4 +10,4 @@ def shared_local_ray():
     started = init_ray(num_cpus=2)
     yield
     if started:
-        ray.shutdown()
+        shutdown_ray()

@@ -6,6 +6,7 @@ import ray
 import torch
 
 from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch
 
 
 class FixedKLController:
@@ -35,7 +36,7 @@ def compute_rule_reward(td, reward_fn, total_rows: int) -> Dict[str, float]:
     if batch is None:
         raise RuntimeError("rule reward: responses or labels are missing for part of the batch")
     scores = reward_fn(batch["responses"], batch["labels"])
-    ray.get(td.put_experience.remote({"rm_scores": [s.reshape(1) for s in scores.float()]}, index))
+    ray.get(td.put_experience.remote(ColumnBatch({"rm_scores": [s.reshape(1) for s in scores.float()]}), index))
     return {"reward/mean": float(scores.mean()), "reward/max": float(scores.max()), "reward/min": float(scores.min())}
 
 
@@ -50,7 +51,7 @@ def compute_advantage(td, n_samples: int, total_rows: int, adv_estimator: str = 
     order = torch.as_tensor(index).argsort()  # rows back in group order
     adv = torch.empty_like(scores)
     adv[order] = compute_group_norm_advantages(scores[order], n_samples)
-    ray.get(td.put_experience.remote({"advantages": [a.reshape(1) for a in adv]}, index))
+    ray.get(td.put_experience.remote(ColumnBatch({"advantages": [a.reshape(1) for a in adv]}), index))
 
 
 def compute_grpo_data_metrics(td, total_rows: int) -> Dict[str, float]:
@@ -61,3 +62,10 @@ def compute_grpo_data_metrics(td, total_rows: int) -> Dict[str, float]:
     prompt = np.array([int(x) for x in batch["prompt_length"]], dtype=np.float64)
     return {"response_length/mean": resp.mean(), "response_length/max": resp.max(),
             "response_length/min": resp.min(), "prompt_length/mean": prompt.mean()}
+
+
+def get_last_reward(rm_scores: torch.Tensor, n_sample_batch: int) -> torch.Tensor:
+    """Upstream's name for group-normalised rewards: ``rm_scores`` in groups of
+    ``n_sample_batch`` consecutive rows, same shape out."""
+    flat = compute_group_norm_advantages(rm_scores.reshape(-1), n_sample_batch, eps=1e-8)
+    return flat.reshape(rm_scores.shape)

@@ -95,8 +95,9 @@ def test_every_key_does_something_or_is_declared():
     keys = set(RLConfig().dict()) | set(MegatronConfig().dict()) | set(GenerateConfig().dict()) | set(SAMPLING_DEFAULTS)
     inert = sorted(k for k in keys - declared - set(model_arch.ARCH_KEYS) if not _read_outside_config(k, texts))
     assert inert == []
-    # names that are also common attributes (tensor.dtype, engine.optimizer) cannot be told apart here
-    collide = {"dtype", "optimizer"}
+    # names that are also common attributes (tensor.dtype, engine.optimizer) or module
+    # paths in lazy-export tables ("mindspeed_rl.workers.rule_reward") cannot be told apart here
+    collide = {"dtype", "optimizer", "rule_reward"}
     stale = sorted(k for k in declared - collide if _read_outside_config(k, consumers))
     assert stale == []
 
@@ -126,3 +127,23 @@ def test_model_keys_build_the_tiny_checkpoint(tmp_path):
 def test_model_key_the_hf_model_cannot_take_is_refused():
     with pytest.raises(ConfigError, match="normalization"):
         _build("model.tiny_qwen2.normalization=LayerNorm")
+
+
+@pytest.mark.parametrize("override,suggestion", [("rl.use_dp_batch_balance=false", "rl_config"),
+                                                 ("rl_confg.seed=3", "rl_config")])
+def test_unknown_section_is_an_error_with_a_suggestion(override, suggestion):
+    with pytest.raises(ConfigError, match=rf"unknown section .*did you mean '{suggestion}'"):
+        load_config(TINY, [override])
+
+
+def test_typo_section_in_the_file_is_an_error(tmp_path):
+    text = TINY.read_text().replace("rl_config:", "rl_confg:")
+    path = tmp_path / "typo.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="unknown section 'rl_confg'"):
+        load_config(path)
+
+
+def test_upstream_only_sections_warn():
+    with pytest.warns(UserWarning, match="profiler_config"):
+        build_configs(load_config(ROOT / "tests/st/configs/test_grpo_trainer_qwen25_7b_integrated.yaml"))
