@@ -99,10 +99,21 @@ def report_from_run(path: str, iteration: Optional[int] = None, consumer: Option
         label = f"iteration {p['iteration']}, {p['consumer']}"
         if counts[key] > 1:
             label += f" #{seen[key]}"
-        reports.append(PlanReport(label=label, before=p["random_loads"], after=p["loads"], sizes=p["sizes"],
-                                  objective=p["objective"], unit="units", share="share",
+        before, after, sizes, share = p["random_loads"], p["loads"], p["sizes"], "share"
+        if p.get("ranks"):  # shares bound to DP ranks: one bar per rank (its shares summed)
+            before, after, sizes = (_per_rank(p["ranks"], v) for v in (before, after, sizes))
+            share = "rank"
+        reports.append(PlanReport(label=label, before=before, after=after, sizes=sizes,
+                                  objective=p["objective"], unit="units", share=share,
                                   iteration=p["iteration"], consumer=p["consumer"]))
     return reports
+
+
+def _per_rank(ranks, values):
+    out = [0] * (max(ranks) + 1)
+    for rank, value in zip(ranks, values):
+        out[rank] += value
+    return out
 
 
 # ---------------------------------------------------------------- command line

@@ -201,9 +201,13 @@ def read_balance_file(path: str) -> List[dict]:
             sizes = [0] * len(loads)
         elif not isinstance(sizes, list) or len(sizes) != len(loads):
             raise ReportError(f"{where}: sizes must be a list of {len(loads)} counts")
+        ranks = rec.get("ranks")
+        if ranks is not None and (not isinstance(ranks, list) or len(ranks) != len(loads)
+                                  or not all(isinstance(r, int) and r >= 0 for r in ranks)):
+            raise ReportError(f"{where}: ranks must be a list of {len(loads)} DP ranks (ints >= 0)")
         plans.append({"iteration": iteration, "consumer": str(rec["consumer"]),
                       "objective": str(rec.get("objective", "tokens")), "loads": loads,
-                      "random_loads": random_loads, "sizes": [int(s) for s in sizes]})
+                      "random_loads": random_loads, "sizes": [int(s) for s in sizes], "ranks": ranks})
     if not plans:
         raise ReportError(f"{path} has no balance plans")
     return plans

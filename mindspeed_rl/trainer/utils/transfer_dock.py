@@ -348,6 +348,8 @@ class GRPOTransferDock(TransferDock):
             raise RuntimeError(f"get_rank_share for '{consumer}': the plan has {len(shares)} shares, "
                                f"the run plan expects {expected}")
         self._rank_shares[consumer] = shares
+        if self.planner.history:  # for reports: which DP rank each share goes to
+            self.planner.history[-1]["ranks"] = [s % self.run_plan.layout.dp for s in range(len(shares))]
         return shares
 
     def _check_count(self, consumer, count, get_n_samples):

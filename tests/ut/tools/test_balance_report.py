@@ -389,3 +389,16 @@ def test_module_entry_point_exit_code(tmp_path):
                            str(tmp_path / "missing.csv"), "--dp-size", "2"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "missing.csv" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_rank_bound_plans_report_one_bar_per_rank(tmp_path):
+    plan = {"iteration": 1, "consumer": "actor_train", "objective": "tokens", "loads": [10, 20, 30, 40],
+            "random_loads": [5, 15, 35, 45], "sizes": [2, 2, 2, 2], "ranks": [0, 1, 0, 1]}
+    (tmp_path / "balance.jsonl").write_text(json.dumps(plan) + "\n")
+    (report,) = br.report_from_run(str(tmp_path))
+    assert report.share == "rank"
+    assert list(report.after) == [40, 60] and list(report.before) == [40, 60] and list(report.sizes) == [4, 4]
+    bad = dict(plan, ranks=[0, 1])
+    (tmp_path / "balance.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(br.ReportError, match="ranks must be a list of 4"):
+        br.report_from_run(str(tmp_path))
