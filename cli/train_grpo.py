@@ -88,13 +88,15 @@ def _train(cfgs, tokenizer, data, start, output_dir):
     started = init_ray(temp_dir=os.path.join(output_dir, "ray"))
     group = None
     logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard)
+    reward = RuleReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
+                        parallel=rl.verifier_parallel, timeout=rl.verifier_timeout)
     try:
         group = RayActorGroup(IntegratedWorker, actor, rl, gen, plan)
         group.initialize(actor.model_path, eos_id, pad_id)
         kl_coef = _load_checkpoint(group, actor, start)
         extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]
         trainer = RayGRPOTrainer(
-            actor_worker=group, reward_list=[RuleReward(rl.verifier_function, rl.verifier_weight, eos_id)],
+            actor_worker=group, reward_list=[reward],
             run_plan=plan, logger=logger, save_interval=actor.save_interval if actor.save else 0,
             save_dir=actor.save, adv_estimator=rl.adv_estimator, kl_ctrl_type=rl.kl_ctrl_type,
             kl_horizon=rl.kl_horizon, kl_target=rl.kl_target, init_kl_coef=rl.init_kl_coef,
@@ -109,6 +111,7 @@ def _train(cfgs, tokenizer, data, start, output_dir):
         return history
     finally:
         logger.close()
+        reward.close()
         if group is not None:
             group.shutdown()
         if started:

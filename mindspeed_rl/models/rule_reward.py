@@ -1,9 +1,10 @@
-"""Rule-based rewards for the toy tasks: named verifiers and their weighted sum."""
+"""Rule-based rewards: named verifiers (token or text) and their weighted sum."""
 from typing import Callable, Dict, List
 
 import torch
 
 from mindspeed_rl.models.tiny_model import MAX_TOY_LENGTH
+from mindspeed_rl.models.verifier_pool import VerifierPool, resolve
 
 
 def _tokens(t: torch.Tensor) -> List[int]:
@@ -35,40 +36,77 @@ def copy_match(response: torch.Tensor, label: torch.Tensor, eos_id: int) -> floa
     return sum(int(a == b) for a, b in zip(got, want)) / len(want)
 
 
-def base_acc(response: torch.Tensor, label: torch.Tensor, eos_id: int) -> float:
-    """1.0 if the tokens before the first EOS equal the label exactly, else 0.0."""
-    return float(_before_eos(response, eos_id) == _tokens(label))
-
-
+# token verifiers (toy tasks): (response ids, label ids, eos id) -> score, run inline
 VERIFIERS: Dict[str, Callable[[torch.Tensor, torch.Tensor, int], float]] = {
     "length_match": length_match,
     "copy_match": copy_match,
-    "base_acc": base_acc,
+}
+# text verifiers: decoded response and label, run in worker processes under verifier_timeout
+TEXT_VERIFIERS = {
+    "base_acc": "mindspeed_rl.models.math_verifier:base_acc",
+    "format": "mindspeed_rl.models.math_verifier:format_reward",
 }
 
 
 class RuleReward:
-    """Scores responses by a weighted sum of named verifiers."""
+    """Scores responses by a weighted sum of named verifiers.
 
-    def __init__(self, verifier_function: List[str], verifier_weight: List[float], eos_id: int):
+    Token verifiers (``length_match``, ``copy_match``) read token ids. Text
+    verifiers (``base_acc``, ``format``, or any ``module:function``) read the
+    decoded response (up to EOS) and label, in ``parallel`` worker processes
+    with ``timeout`` seconds per response. ``last_metrics`` holds the mean of
+    each verifier and the count of each outcome (timeouts, errors, fallbacks).
+    """
+
+    def __init__(self, verifier_function: List[str], verifier_weight: List[float], eos_id: int,
+                 tokenizer=None, parallel: int = 1, timeout: float = 30.0):
         if len(verifier_function) != len(verifier_weight):
             raise ValueError(
                 f"verifier_function has {len(verifier_function)} entries but "
                 f"verifier_weight has {len(verifier_weight)}")
-        unknown = [name for name in verifier_function if name not in VERIFIERS]
-        if unknown:
-            raise ValueError(f"unknown verifier(s) {unknown}; known: {sorted(VERIFIERS)}")
+        self.paths = {}
+        for name in verifier_function:
+            if name in VERIFIERS:
+                continue
+            path = TEXT_VERIFIERS.get(name, name if ":" in name else None)
+            if path is None:
+                raise ValueError(f"unknown verifier {name!r}; known: {sorted(VERIFIERS) + sorted(TEXT_VERIFIERS)} "
+                                 f"or 'module:function'")
+            resolve(path)  # fail now, naming it, not in a worker
+            self.paths[name] = path
+        if self.paths and tokenizer is None:
+            raise ValueError(f"text verifiers {sorted(self.paths)} need the tokenizer to decode responses")
         self.verifier_function = list(verifier_function)
         self.verifier_weight = [float(w) for w in verifier_weight]
         self.eos_id = int(eos_id)
+        self.tokenizer = tokenizer
+        self.pool = VerifierPool(parallel, timeout) if self.paths else None
+        self.last_metrics: Dict[str, float] = {}
+
+    def _text(self, ids: torch.Tensor, stop_at_eos: bool) -> str:
+        toks = _before_eos(ids, self.eos_id) if stop_at_eos else _tokens(ids)
+        return self.tokenizer.decode(toks, skip_special_tokens=True)
 
     def __call__(self, responses: List[torch.Tensor], labels: List[torch.Tensor]) -> torch.Tensor:
         if len(responses) != len(labels):
             raise ValueError(f"got {len(responses)} responses but {len(labels)} labels")
-        scores = []
-        for response, label in zip(responses, labels):
-            total = 0.0
-            for name, weight in zip(self.verifier_function, self.verifier_weight):
-                total += weight * VERIFIERS[name](response, label, self.eos_id)
-            scores.append(total)
-        return torch.tensor(scores, dtype=torch.float32)
+        total = torch.zeros(len(responses), dtype=torch.float32)
+        metrics = {}
+        texts = None
+        for name, weight in zip(self.verifier_function, self.verifier_weight):
+            if name in VERIFIERS:
+                scores = [VERIFIERS[name](r, l, self.eos_id) for r, l in zip(responses, labels)]
+            else:
+                if texts is None:
+                    texts = ([self._text(r, True) for r in responses], [self._text(l, False) for l in labels])
+                scores, outcomes = self.pool.score(self.paths[name], *texts)
+                metrics.update({f"reward/{name}/{k}": float(v) for k, v in outcomes.items()})
+            scores = torch.tensor(scores, dtype=torch.float32)
+            metrics[f"reward/{name}/mean"] = float(scores.mean()) if len(scores) else 0.0
+            total += weight * scores
+        self.last_metrics = metrics
+        return total
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.close()

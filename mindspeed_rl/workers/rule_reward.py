@@ -21,7 +21,9 @@ class RuleReward:
         eos = getattr(tokenizer, "eod", None)
         if eos is None:
             eos = tokenizer.eos_token_id
-        self.scorer = _Scorer(rl_config.verifier_function, rl_config.verifier_weight, eos)
+        self.scorer = _Scorer(rl_config.verifier_function, rl_config.verifier_weight, eos,
+                              tokenizer=getattr(tokenizer, "tokenizer", tokenizer),
+                              parallel=rl_config.verifier_parallel, timeout=rl_config.verifier_timeout)
 
     def init_transfer_dock(self, td, mm_td=None):
         if mm_td is not None:

@@ -285,6 +285,7 @@ def test_rule_reward_adapter_fills_the_dock(tmp_path):
     from mindspeed_rl.config_cls import RLConfig
     from mindspeed_rl.trainer.utils import GRPOTransferDock
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
+    from mindspeed_rl.utils.tokenizer import get_tokenizer
     from mindspeed_rl.workers.rule_reward import RuleReward
     started = init_ray(num_cpus=2)
     try:
@@ -295,8 +296,9 @@ def test_rule_reward_adapter_fills_the_dock(tmp_path):
         responses = [torch.tensor([7, 13]), torch.tensor([6, 13]), torch.tensor([8, 13]), torch.tensor([8])]
         ray.get(td.put_experience.remote({"responses": responses}, [0, 1, 2, 3]))
         reward = RuleReward()
+        _toy_tokenizer_dir(tmp_path)
         reward.initialize(None, RLConfig({"verifier_function": ["base_acc"], "verifier_weight": [1.0]}),
-                          SimpleNamespace(eod=13))
+                          get_tokenizer(str(tmp_path)))
         reward.init_transfer_dock(td)
         metrics = reward.compute_rm_score()
         assert metrics["reward/mean"] == pytest.approx(0.75)

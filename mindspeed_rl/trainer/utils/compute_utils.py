@@ -37,7 +37,10 @@ def compute_rule_reward(td, reward_fn, total_rows: int) -> Dict[str, float]:
         raise RuntimeError("rule reward: responses or labels are missing for part of the batch")
     scores = reward_fn(batch["responses"], batch["labels"])
     ray.get(td.put_experience.remote(ColumnBatch({"rm_scores": [s.reshape(1) for s in scores.float()]}), index))
-    return {"reward/mean": float(scores.mean()), "reward/max": float(scores.max()), "reward/min": float(scores.min())}
+    metrics = dict(getattr(reward_fn, "last_metrics", {}) or {})
+    metrics.update({"reward/mean": float(scores.mean()), "reward/max": float(scores.max()),
+                    "reward/min": float(scores.min())})
+    return metrics
 
 
 def compute_advantage(td, n_samples: int, total_rows: int, adv_estimator: str = "group_norm") -> None:

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from mindspeed_rl.models.rule_reward import VERIFIERS, RuleReward, base_acc, copy_match, length_match
+from mindspeed_rl.models.rule_reward import TEXT_VERIFIERS, VERIFIERS, RuleReward, copy_match, length_match
+from mindspeed_rl.models.tiny_model import build_toy_tokenizer
 
 EOS = 13
 
@@ -11,7 +12,8 @@ def t(*xs):
 
 
 def test_registry_names():
-    assert set(VERIFIERS) == {"length_match", "copy_match", "base_acc"}
+    assert set(VERIFIERS) == {"length_match", "copy_match"}
+    assert set(TEXT_VERIFIERS) == {"base_acc", "format"}
 
 
 @pytest.mark.parametrize("response,target,expected", [
@@ -40,24 +42,17 @@ def test_copy_match(response, label, expected):
     assert copy_match(response, label, EOS) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("response,label,expected", [
-    (t(4, 5, 6, EOS), t(4, 5, 6), 1.0),
-    (t(4, 5, 6, EOS, 1), t(4, 5, 6), 1.0),
-    (t(4, 5, 6), t(4, 5, 6), 1.0),        # no EOS, exact
-    (t(4, 5, 6, 7, EOS), t(4, 5, 6), 0.0),  # extra token before EOS
-    (t(4, 5, EOS), t(4, 5, 6), 0.0),
-    (t(), t(4, 5, 6), 0.0),
-    (t(EOS), t(), 1.0),                   # empty matches empty
-])
-def test_base_acc(response, label, expected):
-    assert base_acc(response, label, EOS) == expected
-
-
-def test_weighted_sum():
-    reward = RuleReward(["copy_match", "base_acc"], [0.5, 2.0], eos_id=EOS)
-    out = reward([t(4, 5, 6, EOS), t(4, 0, 6, EOS), t()], [t(4, 5, 6), t(4, 5, 6), t(1, 2, 3)])
+def test_weighted_sum_of_token_and_text_verifiers():
+    # toy ids 0-9 are the digits: "456" decodes to 456; tokens after EOS never count
+    reward = RuleReward(["copy_match", "base_acc"], [0.5, 2.0], eos_id=EOS, tokenizer=build_toy_tokenizer())
+    try:
+        out = reward([t(4, 5, 6, EOS), t(4, 0, 6, EOS), t(EOS, 4, 5, 6)], [t(4, 5, 6), t(4, 5, 6), t(4, 5, 6)])
+    finally:
+        reward.close()
     assert out.dtype == torch.float32 and out.shape == (3,)
     assert torch.allclose(out, torch.tensor([0.5 + 2.0, 0.5 * 2 / 3, 0.0]))
+    assert reward.last_metrics["reward/base_acc/mean"] == pytest.approx(1 / 3)
+    assert reward.last_metrics["reward/base_acc/no_answer"] == 1.0  # the empty response
 
 
 def test_single_verifier_on_length_task():
@@ -69,8 +64,12 @@ def test_single_verifier_on_length_task():
 def test_errors():
     with pytest.raises(ValueError, match="length_match"):
         RuleReward(["nope"], [1.0], eos_id=EOS)
+    with pytest.raises(ValueError, match="cannot be imported"):
+        RuleReward(["no.such.module:f"], [1.0], eos_id=EOS, tokenizer=build_toy_tokenizer())
     with pytest.raises(ValueError):
         RuleReward(["base_acc", "copy_match"], [1.0], eos_id=EOS)
-    reward = RuleReward(["base_acc"], [1.0], eos_id=EOS)
+    with pytest.raises(ValueError, match="need the tokenizer"):
+        RuleReward(["base_acc"], [1.0], eos_id=EOS)
+    reward = RuleReward(["copy_match"], [1.0], eos_id=EOS)
     with pytest.raises(ValueError):
         reward([t(1)], [t(1), t(2)])
