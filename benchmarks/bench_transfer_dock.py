@@ -122,7 +122,19 @@ def seed_heap_lpt(seqlen_list, k_partitions, equal_size):
 
 
 class SeedDock(PlainDock):
-    """Our dock with the upstream sampler: re-partition the remaining pool on every call."""
+    """Our dock with the upstream sampler: re-partition the remaining pool on every call.
+    Upstream keeps a list of one tensor per row; so does this stand-in, for the columns it reads."""
+
+    def _put_packed(self, experience_columns, packed, indexes):
+        super()._put_packed(experience_columns, packed, indexes)
+        rows = self._check_indexes(indexes, "put experience")
+        if not hasattr(self, "_row_lists"):
+            self._row_lists = {}
+        for column, part in zip(experience_columns, packed):
+            if column in ("prompt_length", "response_length"):
+                store = self._row_lists.setdefault(column, [None] * self.max_len)
+                for row, value in zip(rows.tolist(), part[0].reshape(-1, 1).unbind(0)):
+                    store[row] = value.clone()
 
     def _sample(self, consumer, columns, count, get_n_samples, balance):
         unit = self.n_samples_per_prompt if get_n_samples else 1
@@ -142,7 +154,7 @@ class SeedDock(PlainDock):
                 total = 0
                 for j in range(unit):
                     for key in keys:
-                        total += self.experience_data[key][group * unit + j].item()
+                        total += self._row_lists[key][group * unit + j].item()
                 lengths.append(total)
             parts = seed_heap_lpt(lengths, len(pool) // needed, equal_size=True)
             units = torch.tensor([pool[i] for i in parts[0]], dtype=torch.int64)

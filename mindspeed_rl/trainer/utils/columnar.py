@@ -54,7 +54,9 @@ def unpack(flat: Tensor, lengths: Tensor, trailing: Optional[Tuple[int, ...]]) -
     """Per-row views of ``flat``."""
     if trailing is None:
         return list(flat.unbind(0)) if flat.numel() else []
-    width = int(np.prod(trailing)) if trailing else 1
+    if not trailing:  # 1-D rows: the split pieces are the rows
+        return list(torch.split(flat, lengths.tolist()))
+    width = int(np.prod(trailing))
     rows = torch.split(flat, (lengths * width).tolist())
     return [r.view(-1, *trailing) for r in rows]
 
