@@ -51,6 +51,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
 
     from mindspeed_rl.config_cls.loader import build_configs, load_config
     from mindspeed_rl.config_cls.model_arch import check_against_checkpoint, hf_config_kwargs
+    from mindspeed_rl.datasets.options import data_options
     from mindspeed_rl.datasets.prompt_dataset import prompt_batches
     from mindspeed_rl.models.tiny_model import build_tiny_checkpoint
 
@@ -67,7 +68,8 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path,
                                               trust_remote_code=gen.trust_remote_code)
     start = _start_iteration(actor)
-    data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer, start=start)
+    data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer, start=start,
+                          **data_options(actor, rl))
     data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
     print(f"run plan: {cfgs.plan.summary()}")
     return _train(cfgs, tokenizer, data, start, output_dir)

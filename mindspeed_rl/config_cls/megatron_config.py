@@ -44,7 +44,8 @@ class MegatronConfig(BaseConfig):
         self.tokenizer_name_or_path = None       # HF tokenizer dir or name
         self.tokenizer_padding_side = "right"
         self.tokenizer_not_use_fast = False
-        self.prompt_type = None                  # chat template name
+        self.prompt_type = None                  # prompt template name (datasets/templates.py) or 'chat_template'
+        self.system_prompt = None                # system text for every prompt (None: the template's default)
         self.load = None                         # checkpoint dir to load
         self.save = None                         # checkpoint dir to save
         self.finetune = False                    # load weights only, reset iteration
@@ -66,9 +67,10 @@ class MegatronConfig(BaseConfig):
 
         # --- data and batch ---
         self.data_path = None                    # dataset prefix
-        self.split = None                        # train/valid/test ratio string
+        self.split = None                        # train/valid/test ratio string; training uses the first share
         self.dataset_additional_keys = []        # extra dataset columns to keep
-        self.no_shuffle = False
+        self.map_keys = None                     # raw data columns: {prompt, response, query, system}
+        self.no_shuffle = False                  # serve prompts in file order each epoch
         self.full_shuffle_instruction_dataset = False
         self.num_workers = 2                     # dataloader workers
         self.global_batch_size = None            # prompts per training step

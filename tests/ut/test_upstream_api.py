@@ -277,7 +277,9 @@ def test_rule_reward_adapter_scores_like_ours(tmp_path):
     responses = [torch.tensor([3, 4, tok.eod]), torch.tensor([3, 5, tok.eod])]
     labels = [torch.tensor([3, 4]), torch.tensor([3, 4])]
     assert reward(responses, labels).tolist() == [1.0, 0.0]
-    assert torch.equal(reward(responses, labels), Ours(["base_acc"], [1.0], tok.eod)(responses, labels))
+    ours = Ours(["base_acc"], [1.0], tok.eod, tokenizer=tok.tokenizer)
+    assert torch.equal(reward(responses, labels), ours(responses, labels))
+    ours.close()
 
 
 def test_rule_reward_adapter_fills_the_dock(tmp_path):

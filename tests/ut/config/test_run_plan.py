@@ -51,8 +51,8 @@ def test_pipeline_parallel_is_an_error_naming_the_key():
 # ---------------------------------------------------------------- unimplemented keys
 
 def test_table_key_warns_with_what_happens_instead():
-    with pytest.warns(UserWarning, match=r"rl_config.verifier_parallel=4 is not implemented: .*driver"):
-        _build("rl_config.verifier_parallel=4")
+    with pytest.warns(UserWarning, match=r"rl_config.num_samples_per_step=4 is not implemented: no effect"):
+        _build("rl_config.num_samples_per_step=4")
 
 
 def test_table_key_that_changes_results_is_an_error():
