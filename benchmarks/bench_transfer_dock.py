@@ -125,6 +125,10 @@ class SeedDock(PlainDock):
     """Our dock with the upstream sampler: re-partition the remaining pool on every call.
     Upstream keeps a list of one tensor per row; so does this stand-in, for the columns it reads."""
 
+    def get_experience(self, *args, **kwargs):
+        batch, index = super().get_experience(*args, **kwargs)
+        return (dict(batch) if batch is not None else None), index  # upstream replies: lists of tensors
+
     def _put_packed(self, experience_columns, packed, indexes):
         super()._put_packed(experience_columns, packed, indexes)
         rows = self._check_indexes(indexes, "put experience")
@@ -268,8 +272,11 @@ def run_ray(data, ranks, count, repeats):
     started = init_ray(num_cpus=2)
     try:
         init_s = time.perf_counter() - t_init
-        dock = GRPOTransferDock.remote(data.prompts, data.n)
-        ray.get(dock.get_experience_len.remote())  # actor is up
+        docks = {True: GRPOTransferDock.remote(data.prompts, data.n),
+                 "seed": ray.remote(max_concurrency=100)(SeedDock).remote(data.prompts, data.n)}
+        docks[False] = docks[True]
+        for d in (docks[True], docks["seed"]):
+            ray.get(d.get_experience_len.remote())  # actors are up
         pool = ThreadPoolExecutor(max_workers=ranks)
         try:
             # start all threads before timing
@@ -277,27 +284,29 @@ def run_ray(data, ranks, count, repeats):
             list(pool.map(lambda _: barrier.wait(), range(ranks)))
 
             def call(balance):
-                batch, idx = ray.get(dock.get_experience.remote(
+                batch, idx = ray.get(docks[balance].get_experience.remote(
                     CONSUMER, COLUMNS, experience_count=count, get_n_samples=True,
-                    use_batch_seqlen_balance=balance))
+                    use_batch_seqlen_balance=balance is not False))
                 return batch, idx, time.perf_counter()
 
-            def put():
+            def put(dock):
                 ray.get(dock.clear.remote())
                 ray.get(dock.put_prompts_experience.remote(data.prompt_batch))
                 ray.get(dock.put_experience.remote(data.rest, indexes=list(range(data.rows))))
 
             # warm-up: one put and a round through a consumer that is not measured
-            put()
-            list(pool.map(lambda _: ray.get(dock.get_experience.remote(
-                "grpo_metrics", COLUMNS, experience_count=count, get_n_samples=True)), range(ranks)))
+            for d in (docks[True], docks["seed"]):
+                put(d)
+                list(pool.map(lambda _: ray.get(d.get_experience.remote(
+                    "grpo_metrics", COLUMNS, experience_count=count, get_n_samples=True)), range(ranks)))
 
-            # on / off interleaved (order alternating per repeat) so drift hits both alike
-            runs = {True: {"totals": [], "firsts": [], "result": None},
-                    False: {"totals": [], "firsts": [], "result": None}}
+            # on / off / seed interleaved (order rotating per repeat) so drift hits all alike
+            modes = [True, False, "seed"]
+            runs = {m: {"totals": [], "firsts": [], "result": None} for m in modes}
             for rep in range(repeats):
-                for balance in ((True, False) if rep % 2 == 0 else (False, True)):
-                    put()  # fresh round, excluded from the timing
+                for balance in modes[rep % 3:] + modes[:rep % 3]:
+                    dock = docks[balance]
+                    put(dock)  # fresh round, excluded from the timing
                     t0 = time.perf_counter()
                     futures = [pool.submit(call, balance) for _ in range(ranks)]
                     out = [f.result() for f in futures]
@@ -312,10 +321,11 @@ def run_ray(data, ranks, count, repeats):
                     run["firsts"].append(min(done) - t0)
                     run["result"] = {"groups": groups, "loads": [s[2] for s in served],
                                      "metrics": ray.get(dock.get_metrics.remote()).compute()}
-            for balance in (True, False):
+            names = {True: "balance on", False: "balance off", "seed": "seed approach (lists of tensors)"}
+            for balance in modes:
                 totals, firsts, result = runs[balance]["totals"], runs[balance]["firsts"], runs[balance]["result"]
                 rows.append({
-                    "method": f"(d) Ray actor, {ranks} threads, balance {'on' if balance else 'off'}",
+                    "method": f"(d) Ray actor, {ranks} threads, {names[balance]}",
                     "total_ms": 1e3 * statistics.median(totals), "first_ms": 1e3 * statistics.median(firsts),
                     "rest_ms": 1e3 * statistics.median(t - f for t, f in zip(totals, firsts)),
                     "totals_ms": [1e3 * t for t in totals], "imbalance": imbalance(result["loads"]),
@@ -502,7 +512,7 @@ def main():
     off_imb = off["imbalance"]
     same_groups = sorted(map(tuple, a["groups"])) == sorted(map(tuple, off["groups"]))
     served_equal = abs(a["imbalance"] - off_imb) <= 1e-12 and same_groups
-    ray_on = [r for r in ray_rows if r["balance"]]
+    ray_on = [r for r in ray_rows if r["balance"] is True]
     ray_equal = [sorted(map(tuple, r["groups"])) == sorted(map(tuple, off["groups"])) for r in ray_on]
     print()
     print("== TARGETS ==" + (" (set for the full run: 2,048 x 8 rows, 64 ranks; --quick is a smoke test)"
@@ -527,14 +537,15 @@ def main():
           f"{100 * c['imbalance']:.3f}%, ours (a) {100 * a['imbalance']:.4f}%)")
     verdicts = [speedup >= SPEEDUP_TARGET, overhead < OVERHEAD_TARGET, served_equal]
     if ray_rows:
-        on = next(r for r in ray_rows if r["balance"])
-        off_ray = next(r for r in ray_rows if not r["balance"])
-        ray_speed = c["total_ms"] / on["total_ms"]
+        on = next(r for r in ray_rows if r["balance"] is True)
+        off_ray = next(r for r in ray_rows if r["balance"] is False)
+        seed_ray = next(r for r in ray_rows if r["balance"] == "seed")
+        ray_speed = seed_ray["total_ms"] / on["total_ms"]
         ray_ratio = on["total_ms"] / off_ray["total_ms"]
         verdicts += [ray_speed >= RAY_SPEEDUP_TARGET, ray_ratio <= RAY_ON_OFF_TARGET]
-        print(f"ray speed  : {'PASS' if verdicts[-2] else 'FAIL'}  Ray balanced round {on['total_ms']:.1f} ms vs seed "
-              f"approach (c, in-process, a lower bound of its Ray cost) {c['total_ms']:.1f} ms = {ray_speed:.1f}x; "
-              f"target >= {RAY_SPEEDUP_TARGET:.0f}x")
+        print(f"ray speed  : {'PASS' if verdicts[-2] else 'FAIL'}  Ray balanced round {on['total_ms']:.1f} ms vs the seed "
+              f"approach through the same Ray actor setup (re-partition per call, lists of tensors) "
+              f"{seed_ray['total_ms']:.1f} ms = {ray_speed:.1f}x; target >= {RAY_SPEEDUP_TARGET:.0f}x")
         print(f"ray on/off : {'PASS' if verdicts[-1] else 'FAIL'}  Ray balanced {on['total_ms']:.1f} ms / unbalanced "
               f"{off_ray['total_ms']:.1f} ms = {ray_ratio:.2f}x; target <= {RAY_ON_OFF_TARGET}x")
         tr = run_transport(args.repeats)

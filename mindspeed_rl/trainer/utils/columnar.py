@@ -22,25 +22,33 @@ _VIEW_AS = {torch.bfloat16: torch.int16}  # dtypes numpy lacks travel as same-wi
 
 def _row_layout(column: str, values: List[Tensor]) -> Tuple[Optional[Tuple[int, ...]], torch.dtype]:
     """Trailing shape (None: 0-d rows) and common dtype of ``values``; ValueError naming the row."""
-    first = values[0]
-    trailing = None if first.dim() == 0 else tuple(first.shape[1:])
-    dtype = first.dtype
     for row, value in enumerate(values):
         if not isinstance(value, Tensor):
             raise ValueError(f"column '{column}' row {row}: expected a tensor, got {type(value).__name__}")
-        shape = None if value.dim() == 0 else tuple(value.shape[1:])
-        if shape != trailing:
-            raise ValueError(f"column '{column}' row {row}: shape {tuple(value.shape)} does not match "
-                             f"the other rows' trailing shape {trailing}")
-        dtype = torch.promote_types(dtype, value.dtype)
+    first = values[0]
+    trailing = None if first.dim() == 0 else tuple(first.shape[1:])
+    shapes = {None if v.dim() == 0 else tuple(v.shape[1:]) for v in values}
+    if len(shapes) > 1:
+        row = next(i for i, v in enumerate(values) if (None if v.dim() == 0 else tuple(v.shape[1:])) != trailing)
+        raise ValueError(f"column '{column}' row {row}: shape {tuple(values[row].shape)} does not match "
+                         f"the other rows' trailing shape {trailing}")
+    dtypes = {v.dtype for v in values}
+    dtype = dtypes.pop()
+    for other in dtypes:
+        dtype = torch.promote_types(dtype, other)
     return trailing, dtype
 
 
 def pack(column: str, values: List[Tensor]) -> Packed:
     """Rows -> (flat buffer, first-dim lengths, trailing shape)."""
+    if not values:
+        return torch.empty(0), torch.empty(0, dtype=torch.int64), ()
     trailing, dtype = _row_layout(column, values)
     lengths = torch.tensor([1 if v.dim() == 0 else v.shape[0] for v in values], dtype=torch.int64)
-    flat = torch.cat([v.reshape(-1).to(dtype) for v in values]) if values else torch.empty(0, dtype=dtype)
+    if trailing == () and all(v.dtype == dtype for v in values):
+        flat = torch.cat(values)  # 1-D rows of one dtype: one copy
+    else:
+        flat = torch.cat([v.reshape(-1).to(dtype) for v in values])
     return flat, lengths, trailing
 
 
