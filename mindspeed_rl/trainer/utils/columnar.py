@@ -115,6 +115,7 @@ class ColumnStore:
         self._start = torch.zeros(self.max_len, dtype=torch.int64)
         self._len = torch.full((self.max_len,), -1, dtype=torch.int64)  # -1: no value
         self._live = 0  # elements referenced by rows; the rest is garbage from overwrites
+        self._views: List[Optional[Tensor]] = [None] * self.max_len  # per-row views of the buffer
 
     def check(self, column: str, packed: Packed):
         """Raise ValueError if ``packed`` rows cannot join this column (nothing written)."""
@@ -136,6 +137,35 @@ class ColumnStore:
         self._start[rows], self._len[rows] = starts, lengths
         self._used += flat.numel()
         self._live += int(sizes.sum())
+        self._refresh_views(rows)
+
+    def _refresh_views(self, rows: Tensor):
+        """Per-row views into the buffer, so a read hands out rows without a copy."""
+        rows = rows.tolist()
+        if not rows:
+            return
+        width = self._width()
+        sizes = (self._len[rows] * width).tolist()
+        start = int(self._start[rows[0]])
+        if self._contiguous(rows, start, sizes):  # one write: one split
+            pieces = torch.split(self._data[start:start + sum(sizes)], sizes)
+        else:
+            pieces = [self._data[int(self._start[r]):int(self._start[r]) + n] for r, n in zip(rows, sizes)]
+        for r, piece in zip(rows, pieces):
+            self._views[r] = piece if self._trailing == () else (
+                piece[0] if self._trailing is None else piece.view(-1, *self._trailing))
+
+    def _contiguous(self, rows, start, sizes) -> bool:
+        expected = start + torch.cumsum(torch.tensor([0] + sizes[:-1]), 0)
+        return bool(torch.equal(self._start[rows], expected))
+
+    def rows(self, rows: Tensor) -> List[Tensor]:
+        """The stored rows (views, no copy); KeyError for rows without a value."""
+        out = [self._views[r] for r in rows.tolist()]
+        if any(v is None for v in out):
+            missing = [r for r, v in zip(rows.tolist(), out) if v is None]
+            raise KeyError(f"rows {missing[:8]} hold no value")
+        return out
 
     def _ensure(self, flat: Tensor):
         need = self._used + flat.numel()
@@ -150,6 +180,7 @@ class ColumnStore:
             grown = torch.empty(max(need, 2 * self._data.numel()), dtype=dtype)
             grown[:self._used] = self._data[:self._used]
             self._data = grown
+            self._refresh_views((self._len >= 0).nonzero(as_tuple=True)[0])
 
     def _compact(self):
         """Drop the values of overwritten rows (kept rows move to the front)."""
@@ -161,6 +192,7 @@ class ColumnStore:
         sizes = lengths * width
         self._start[rows] = torch.cumsum(sizes, 0) - sizes
         self._used = flat.numel()
+        self._refresh_views(rows)
 
     def _width(self) -> int:
         return int(np.prod(self._trailing)) if self._trailing else 1
@@ -169,6 +201,8 @@ class ColumnStore:
         present = rows[self._len[rows] >= 0]
         self._live -= int((self._len[present] * self._width()).sum())
         self._len[present] = -1
+        for r in present.tolist():
+            self._views[r] = None
 
     def clear_rows(self, rows: Tensor):
         self._clear_rows(rows)

@@ -142,8 +142,8 @@ class TransferDock:
                    consumer: str = "") -> ColumnBatch:
         rows = indexes if isinstance(indexes, Tensor) else self._check_indexes(indexes, "get experience")
         self._wait_for_data(experience_columns, rows, consumer)
-        with self._data_lock:
-            return ColumnBatch(packed={c: self.experience_data[c].packed(rows) for c in experience_columns})
+        with self._data_lock:  # views of the stored rows; packed into one buffer per column if pickled
+            return ColumnBatch({c: self.experience_data[c].rows(rows) for c in experience_columns})
 
     def _clear_experience_data_and_status(self, indexes=None):
         with self._data_lock:
