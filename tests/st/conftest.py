@@ -1,5 +1,4 @@
 import pytest
-import ray
 
 from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
 

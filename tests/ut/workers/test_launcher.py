@@ -2,7 +2,6 @@
 import time
 
 import pytest
-import ray
 import torch.distributed as dist
 
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
