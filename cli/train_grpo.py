@@ -35,12 +35,10 @@ def _check_model_folder(path: str, tiny_model_dir: str = None):
         raise ValueError(f"model folder {path!r} lacks {' and '.join(missing)}")
 
 
-def _start_iteration(actor) -> int:
-    """Iteration a run resumes after (0 unless ``load`` names a checkpoint and not finetune)."""
+def _checkpoint(actor):
+    """(iteration folder, iteration) when ``load`` names a checkpoint of ours, else None."""
     from mindspeed_rl.utils.checkpoint import is_checkpoint, resolve
-    if actor.load and is_checkpoint(actor.load) and not actor.finetune:
-        return resolve(actor.load)[1]
-    return 0
+    return resolve(actor.load) if actor.load and is_checkpoint(actor.load) else None
 
 
 def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo",
@@ -67,15 +65,16 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     check_against_checkpoint(actor, actor.model_path)
     tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path,
                                               trust_remote_code=gen.trust_remote_code)
-    start = _start_iteration(actor)
+    checkpoint = _checkpoint(actor)
+    start = checkpoint[1] if checkpoint and not actor.finetune else 0
     data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer, start=start,
                           **data_options(actor, rl))
     data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
     print(f"run plan: {cfgs.plan.summary()}")
-    return _train(cfgs, tokenizer, data, start, output_dir)
+    return _train(cfgs, tokenizer, data, checkpoint, start, output_dir)
 
 
-def _train(cfgs, tokenizer, data, start, output_dir):
+def _train(cfgs, tokenizer, data, checkpoint, start, output_dir):
     from mindspeed_rl.models.rule_reward import RuleReward
     from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
     from mindspeed_rl.utils.loggers import MetricsLogger
@@ -95,7 +94,7 @@ def _train(cfgs, tokenizer, data, start, output_dir):
     try:
         group = RayActorGroup(IntegratedWorker, actor, rl, gen, plan)
         group.initialize(actor.model_path, eos_id, pad_id)
-        kl_coef = _load_checkpoint(group, actor, start)
+        kl_coef = _load_checkpoint(group, actor, checkpoint, start)
         extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]
         trainer = RayGRPOTrainer(
             actor_worker=group, reward_list=[reward],
@@ -120,13 +119,13 @@ def _train(cfgs, tokenizer, data, start, output_dir):
             shutdown_ray()
 
 
-def _load_checkpoint(group, actor, start: int):
-    """Resume from ``load`` (its KL coefficient is returned) or, with finetune,
-    take its weights only (None)."""
-    from mindspeed_rl.utils.checkpoint import is_checkpoint, read_state, resolve
-    if not actor.load or not is_checkpoint(actor.load):
+def _load_checkpoint(group, actor, checkpoint, start: int):
+    """Resume from ``checkpoint`` (its KL coefficient is returned) or, with
+    finetune, take its weights only (None)."""
+    from mindspeed_rl.utils.checkpoint import read_state
+    if checkpoint is None:
         return None
-    folder, iteration = resolve(actor.load)
+    folder, _ = checkpoint
     if actor.finetune:  # weights only, from iteration 0 (as Megatron's --finetune)
         group.load_checkpoint(folder, 0, False, False)
         print(f"loaded weights of {folder} (finetune: iteration 0)")

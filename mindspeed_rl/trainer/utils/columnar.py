@@ -128,7 +128,7 @@ class ColumnStore:
         flat, lengths, trailing = packed
         width = int(np.prod(trailing)) if trailing else 1
         sizes = lengths * width
-        self._clear_rows(rows)
+        self.clear_rows(rows)
         if self._data is None or not self._live:
             self._data, self._used, self._trailing = None, 0, trailing
         self._ensure(flat)
@@ -197,15 +197,12 @@ class ColumnStore:
     def _width(self) -> int:
         return int(np.prod(self._trailing)) if self._trailing else 1
 
-    def _clear_rows(self, rows: Tensor):
+    def clear_rows(self, rows: Tensor):
         present = rows[self._len[rows] >= 0]
         self._live -= int((self._len[present] * self._width()).sum())
         self._len[present] = -1
         for r in present.tolist():
             self._views[r] = None
-
-    def clear_rows(self, rows: Tensor):
-        self._clear_rows(rows)
 
     def get(self, rows: Tensor) -> Tuple[Tensor, Tensor]:
         """(flat values of ``rows`` in order, their first-dim lengths); one gather."""
@@ -221,18 +218,8 @@ class ColumnStore:
         index = base + torch.arange(total)
         return self._data[index], lengths
 
-    def packed(self, rows: Tensor) -> Packed:
-        flat, lengths = self.get(rows)
-        return flat, lengths, self._trailing
-
     def __getitem__(self, row: int) -> Optional[Tensor]:
-        row = int(row)
-        if self._len[row] < 0:
-            return None
-        start, length = int(self._start[row]), int(self._len[row])
-        if self._trailing is None:
-            return self._data[start]
-        return self._data[start:start + length * self._width()].view(-1, *self._trailing)
+        return self._views[int(row)]
 
     def __len__(self) -> int:
         return self.max_len
