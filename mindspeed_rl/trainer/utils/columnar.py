@@ -186,8 +186,9 @@ class ColumnStore:
         """Drop the values of overwritten rows (kept rows move to the front)."""
         rows = (self._len >= 0).nonzero(as_tuple=True)[0]
         flat, lengths = self.get(rows)
-        self._used = 0
-        self._data[:flat.numel()] = flat.clone()
+        # into a new buffer: rows handed out earlier are views of the old one and keep their values
+        self._data = torch.empty_like(self._data)
+        self._data[:flat.numel()] = flat
         width = self._width()
         sizes = lengths * width
         self._start[rows] = torch.cumsum(sizes, 0) - sizes

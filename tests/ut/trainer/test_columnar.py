@@ -4,7 +4,7 @@ import pickle
 import pytest
 import torch
 
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, pack
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, narrow, pack
 
 
 def _rows(seed=0, n=6):
@@ -31,11 +31,11 @@ def test_pickled_batch_travels_as_one_buffer_per_column_and_unpacks_to_views():
     assert wire.count(b"torch._utils") == 0
 
 
-def test_store_put_get_overwrite_and_compaction():
+def test_store_put_get_overwrite_and_clear_rows():
     store = ColumnStore(8)
     rows = _rows(1, 8)
     store.put(torch.arange(8), pack("c", rows))
-    for _ in range(5):  # overwrite rows again and again: garbage gets compacted
+    for _ in range(5):
         fresh = _rows(2, 4)
         store.put(torch.tensor([1, 3, 5, 7]), pack("c", fresh))
         rows[1], rows[3], rows[5], rows[7] = fresh
@@ -43,11 +43,62 @@ def test_store_put_get_overwrite_and_compaction():
     assert torch.equal(flat, torch.cat([rows[7], rows[0], rows[3]]))
     assert lengths.tolist() == [len(rows[7]), len(rows[0]), len(rows[3])]
     assert all(torch.equal(store[i], rows[i]) for i in range(8))
-    assert store._data.numel() <= 4 * sum(r.numel() for r in rows) + 1024  # compaction bounds the buffer
     store.clear_rows(torch.tensor([2]))
     assert store[2] is None
     with pytest.raises(KeyError, match=r"\[2\]"):
         store.get(torch.tensor([2]))
+
+
+def _capacity(store, row):
+    """Elements the store's buffer holds (the storage behind a row's view)."""
+    view = store[row]
+    return view.untyped_storage().nbytes() // view.element_size()
+
+
+@pytest.mark.parametrize("trailing", [(), (3,)])
+def test_compaction_runs_and_keeps_every_live_row_readable(trailing):
+    """Overwrites leave garbage; once the buffer is full and mostly garbage it is
+    compacted: the buffer stays far smaller than all values ever written, every
+    live row reads back its latest value, and rows handed out before keep theirs."""
+    g = torch.Generator().manual_seed(0)
+
+    def row(length):
+        return torch.randint(0, 1 << 20, (length, *trailing), generator=g)
+
+    store = ColumnStore(8)
+    latest = [row(100) for _ in range(8)]
+    store.put(torch.arange(8), pack("c", latest))
+    written = sum(r.numel() for r in latest)
+    held = {i: (store.rows(torch.tensor([i]))[0], latest[i].clone()) for i in (0, 2, 4, 6)}
+    for k in range(40):  # lengths change, so compaction moves the kept rows
+        fresh = [row(50 + k) for _ in range(4)]
+        store.put(torch.tensor([1, 3, 5, 7]), pack("c", fresh))
+        written += sum(r.numel() for r in fresh)
+        latest[1], latest[3], latest[5], latest[7] = fresh
+        # read between writes: held views must not see any later move
+        assert all(torch.equal(store[i], latest[i]) for i in range(8)), f"after write {k}"
+    live = sum(r.numel() for r in latest)
+    assert written > 4 * _capacity(store, 0)  # without compaction the buffer holds everything written
+    assert _capacity(store, 0) <= 4 * live
+    # every row is a view of the one current buffer (no old buffer kept alive by the store)
+    assert len({store[i].untyped_storage().data_ptr() for i in range(8)}) == 1
+    assert all(torch.equal(a, b) for a, b in zip(store.rows(torch.arange(8)), latest))
+    flat, lengths = store.get(torch.tensor([7, 0, 3]))
+    assert torch.equal(flat, torch.cat([latest[7].reshape(-1), latest[0].reshape(-1), latest[3].reshape(-1)]))
+    assert lengths.tolist() == [latest[7].shape[0], 100, latest[3].shape[0]]
+    for i, (view, value) in held.items():
+        assert torch.equal(view, value), f"row {i} handed out before compaction changed"
+
+
+def test_token_ids_above_int16_range_survive_store_and_transport():
+    ids = [torch.tensor([0, 32767, 32768, 65535, 65536, 151643, 2**31 - 1]), torch.tensor([151645])]
+    for part in (pack("ids", ids), narrow(pack("ids", ids))):
+        store = ColumnStore(2)
+        store.put(torch.arange(2), part)
+        assert [r.tolist() for r in store.rows(torch.arange(2))] == [t.tolist() for t in ids]
+    back = pickle.loads(pickle.dumps(ColumnBatch({"ids": ids}), protocol=5))
+    assert [r.tolist() for r in back["ids"]] == [t.tolist() for t in ids]
+    assert narrow(pack("ids", ids))[0].dtype == torch.int32
 
 
 def test_shapes_and_dtypes():
