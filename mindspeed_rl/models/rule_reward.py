@@ -1,4 +1,5 @@
 """Rule-based rewards: named verifiers (token or text) and their weighted sum."""
+import difflib
 from typing import Callable, Dict, List
 
 import torch
@@ -41,21 +42,45 @@ VERIFIERS: Dict[str, Callable[[torch.Tensor, torch.Tensor, int], float]] = {
     "length_match": length_match,
     "copy_match": copy_match,
 }
-# text verifiers: decoded response and label, run in worker processes under verifier_timeout
+# text verifiers: decoded response and label, run in worker processes under verifier_timeout.
+# The names are upstream MindSpeed-RL's (models/rule_verifier.py); see math_verifier.py for what each scores.
+_MV = "mindspeed_rl.models.math_verifier"
 TEXT_VERIFIERS = {
-    "base_acc": "mindspeed_rl.models.math_verifier:base_acc",
-    "format": "mindspeed_rl.models.math_verifier:format_reward",
+    "acc": f"{_MV}:acc",
+    "format": f"{_MV}:format_reward",
+    "step": f"{_MV}:reasoning_steps",
+    "strict_format": f"{_MV}:strict_format",
+    "base_acc": f"{_MV}:base_acc",
+    "math_17k_acc": f"{_MV}:math_17k_acc",
+    "acc_for_dapo": f"{_MV}:acc_for_dapo",
+    "acc_for_ppo": f"{_MV}:acc_for_ppo",
+    "math_verify_reward": f"{_MV}:math_verify_reward",
+    "retool_reward": f"{_MV}:retool_reward",
+    "math_acc": f"{_MV}:math_acc",  # ours: any final answer, no format needed
 }
+
+
+def verifier_names() -> List[str]:
+    """Every registered verifier name (token and text), sorted; besides these, any 'module:function'."""
+    return sorted(set(VERIFIERS) | set(TEXT_VERIFIERS))
+
+
+def _unknown(name: str) -> ValueError:
+    close = difflib.get_close_matches(name, verifier_names(), n=3)
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    return ValueError(f"unknown verifier {name!r}{hint}; known: {verifier_names()}, or 'module:function'")
 
 
 class RuleReward:
     """Scores responses by a weighted sum of named verifiers.
 
     Token verifiers (``length_match``, ``copy_match``) read token ids. Text
-    verifiers (``base_acc``, ``format``, or any ``module:function``) read the
-    decoded response (up to EOS) and label, in ``parallel`` worker processes
-    with ``timeout`` seconds per response. ``last_metrics`` holds the mean of
-    each verifier and the count of each outcome (timeouts, errors, fallbacks).
+    verifiers (upstream's names, see ``verifier_names()``, or any
+    ``module:function``) read the decoded response (up to EOS) and label, in
+    ``parallel`` worker processes with ``timeout`` seconds per response. The
+    reward is sum(weight_i * score_i) (upstream's ``verifier_weight``).
+    ``last_metrics``: ``reward/<name>/mean``, ``reward/<name>/timeouts`` and
+    ``reward/<name>/errors`` (text verifiers), and a count per other outcome.
     """
 
     def __init__(self, verifier_function: List[str], verifier_weight: List[float], eos_id: int,
@@ -70,8 +95,7 @@ class RuleReward:
                 continue
             path = TEXT_VERIFIERS.get(name, name if ":" in name else None)
             if path is None:
-                raise ValueError(f"unknown verifier {name!r}; known: {sorted(VERIFIERS) + sorted(TEXT_VERIFIERS)} "
-                                 f"or 'module:function'")
+                raise _unknown(name)
             resolve(path)  # fail now, naming it, not in a worker
             self.paths[name] = path
         if self.paths and tokenizer is None:
@@ -80,7 +104,7 @@ class RuleReward:
         self.verifier_weight = [float(w) for w in verifier_weight]
         self.eos_id = int(eos_id)
         self.tokenizer = tokenizer
-        self.pool = VerifierPool(parallel, timeout) if self.paths else None
+        self.pool = VerifierPool(parallel, timeout, warm=sorted(set(self.paths.values()))) if self.paths else None
         self.last_metrics: Dict[str, float] = {}
 
     def _text(self, ids: torch.Tensor, stop_at_eos: bool) -> str:
@@ -100,6 +124,10 @@ class RuleReward:
                 if texts is None:
                     texts = ([self._text(r, True) for r in responses], [self._text(l, False) for l in labels])
                 scores, outcomes = self.pool.score(self.paths[name], *texts)
+                outcomes = dict(outcomes)
+                # stable keys for the console: timeouts and errors are always there
+                metrics[f"reward/{name}/timeouts"] = float(outcomes.pop("timeout", 0))
+                metrics[f"reward/{name}/errors"] = float(outcomes.pop("error", 0))
                 metrics.update({f"reward/{name}/{k}": float(v) for k, v in outcomes.items()})
             scores = torch.tensor(scores, dtype=torch.float32)
             metrics[f"reward/{name}/mean"] = float(scores.mean()) if len(scores) else 0.0

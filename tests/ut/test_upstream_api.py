@@ -269,7 +269,7 @@ def test_rule_reward_adapter_scores_like_ours(tmp_path):
     from mindspeed_rl.workers.rule_reward import RuleReward
     _toy_tokenizer_dir(tmp_path)
     tok = get_tokenizer(str(tmp_path))
-    rl = RLConfig({"verifier_function": ["base_acc"], "verifier_weight": [1.0]})
+    rl = RLConfig({"verifier_function": ["math_acc"], "verifier_weight": [1.0]})
     reward = RuleReward()
     with pytest.raises(RuntimeError):
         reward.compute_rm_score()
@@ -277,7 +277,7 @@ def test_rule_reward_adapter_scores_like_ours(tmp_path):
     responses = [torch.tensor([3, 4, tok.eod]), torch.tensor([3, 5, tok.eod])]
     labels = [torch.tensor([3, 4]), torch.tensor([3, 4])]
     assert reward(responses, labels).tolist() == [1.0, 0.0]
-    ours = Ours(["base_acc"], [1.0], tok.eod, tokenizer=tok.tokenizer)
+    ours = Ours(["math_acc"], [1.0], tok.eod, tokenizer=tok.tokenizer)
     assert torch.equal(reward(responses, labels), ours(responses, labels))
     ours.close()
 
@@ -299,7 +299,7 @@ def test_rule_reward_adapter_fills_the_dock(tmp_path):
         ray.get(td.put_experience.remote({"responses": responses}, [0, 1, 2, 3]))
         reward = RuleReward()
         _toy_tokenizer_dir(tmp_path)
-        reward.initialize(None, RLConfig({"verifier_function": ["base_acc"], "verifier_weight": [1.0]}),
+        reward.initialize(None, RLConfig({"verifier_function": ["math_acc"], "verifier_weight": [1.0]}),
                           get_tokenizer(str(tmp_path)))
         reward.init_transfer_dock(td)
         metrics = reward.compute_rm_score()

@@ -1,10 +1,18 @@
+import os
+
 import pytest
 import torch
 
-from mindspeed_rl.models.rule_reward import TEXT_VERIFIERS, VERIFIERS, RuleReward, copy_match, length_match
+from mindspeed_rl.models.rule_reward import (TEXT_VERIFIERS, VERIFIERS, RuleReward, copy_match, length_match,
+                                             verifier_names)
 from mindspeed_rl.models.tiny_model import build_toy_tokenizer
+from mindspeed_rl.models.verifier_pool import VerifierPool
 
 EOS = 13
+TEXT_TOKENIZER = os.path.join(os.path.dirname(__file__), "..", "..", "..", "data", "tiny_text_tokenizer")
+# every name registered in upstream MindSpeed-RL's models/rule_verifier.py at 05a90d7
+UPSTREAM_05A90D7 = {"acc", "format", "step", "strict_format", "base_acc", "math_17k_acc", "acc_for_dapo",
+                    "acc_for_ppo", "math_verify_reward", "retool_reward"}
 
 
 def t(*xs):
@@ -13,7 +21,15 @@ def t(*xs):
 
 def test_registry_names():
     assert set(VERIFIERS) == {"length_match", "copy_match"}
-    assert set(TEXT_VERIFIERS) == {"base_acc", "format"}
+    assert set(TEXT_VERIFIERS) == UPSTREAM_05A90D7 | {"math_acc"}
+    assert verifier_names() == sorted(UPSTREAM_05A90D7 | {"math_acc", "length_match", "copy_match"})
+    for name in UPSTREAM_05A90D7:  # each resolves to a function of its own module
+        RuleReward([name], [1.0], eos_id=EOS, tokenizer=build_toy_tokenizer()).close()
+
+
+def test_unknown_name_suggests_the_close_one():
+    with pytest.raises(ValueError, match=r"unknown verifier 'math17k_acc' \(did you mean 'math_17k_acc'"):
+        RuleReward(["math17k_acc"], [1.0], eos_id=EOS, tokenizer=build_toy_tokenizer())
 
 
 @pytest.mark.parametrize("response,target,expected", [
@@ -44,15 +60,16 @@ def test_copy_match(response, label, expected):
 
 def test_weighted_sum_of_token_and_text_verifiers():
     # toy ids 0-9 are the digits: "456" decodes to 456; tokens after EOS never count
-    reward = RuleReward(["copy_match", "base_acc"], [0.5, 2.0], eos_id=EOS, tokenizer=build_toy_tokenizer())
+    reward = RuleReward(["copy_match", "math_acc"], [0.5, 2.0], eos_id=EOS, tokenizer=build_toy_tokenizer())
     try:
         out = reward([t(4, 5, 6, EOS), t(4, 0, 6, EOS), t(EOS, 4, 5, 6)], [t(4, 5, 6), t(4, 5, 6), t(4, 5, 6)])
     finally:
         reward.close()
     assert out.dtype == torch.float32 and out.shape == (3,)
     assert torch.allclose(out, torch.tensor([0.5 + 2.0, 0.5 * 2 / 3, 0.0]))
-    assert reward.last_metrics["reward/base_acc/mean"] == pytest.approx(1 / 3)
-    assert reward.last_metrics["reward/base_acc/no_answer"] == 1.0  # the empty response
+    assert reward.last_metrics["reward/math_acc/mean"] == pytest.approx(1 / 3)
+    assert reward.last_metrics["reward/math_acc/no_answer"] == 1.0  # the empty response
+    assert reward.last_metrics["reward/math_acc/timeouts"] == 0.0 and reward.last_metrics["reward/math_acc/errors"] == 0.0
 
 
 def test_single_verifier_on_length_task():
@@ -73,3 +90,94 @@ def test_errors():
     reward = RuleReward(["copy_match"], [1.0], eos_id=EOS)
     with pytest.raises(ValueError):
         reward([t(1)], [t(1), t(2)])
+
+
+def _text_ids(tokenizer, text):
+    return torch.tensor(tokenizer.encode(text, add_special_tokens=False), dtype=torch.long)
+
+
+def test_two_text_verifiers_combine_with_unequal_weights():
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(TEXT_TOKENIZER)
+    eos = tok.eos_token_id
+    responses = ["<think>3+4</think><answer>\\boxed{7}</answer>",   # acc 1, strict_format 1
+                 "<think>3+4</think><answer>\\boxed{8}</answer>",   # acc -0.5 (wrong), strict_format 1
+                 "it is \\boxed{7}",                                # acc 1, strict_format -0.5
+                 "the answer is 7"]                                  # acc -1 (no boxed), strict_format -0.5
+    reward = RuleReward(["acc", "strict_format"], [0.7, 0.3], eos_id=eos, tokenizer=tok, timeout=60.0)
+    try:
+        out = reward([torch.cat([_text_ids(tok, r), torch.tensor([eos])]) for r in responses],
+                     [_text_ids(tok, "7")] * 4)
+    finally:
+        reward.close()
+    hand = [0.7 * 1 + 0.3 * 1, 0.7 * -0.5 + 0.3 * 1, 0.7 * 1 + 0.3 * -0.5, 0.7 * -1 + 0.3 * -0.5]
+    assert out.tolist() == pytest.approx(hand)  # [1.0, -0.05, 0.55, -0.85]
+    m = reward.last_metrics
+    assert m["reward/acc/mean"] == pytest.approx((1 - 0.5 + 1 - 1) / 4)
+    assert m["reward/strict_format/mean"] == pytest.approx((1 + 1 - 0.5 - 0.5) / 4)
+    assert m["reward/acc/no_boxed"] == 1.0 and m["reward/strict_format/match"] == 2.0
+
+
+def test_hanging_or_crashing_verifier_scores_zero_and_the_step_goes_on():
+    # outcomes only: the timer is short against a 60 s hang, and cheap verifiers finish far inside it
+    pool = VerifierPool(processes=2, timeout=3.0)
+    try:
+        scores, outcomes = pool.score("tests.ut.models.slow_verifier:sleepy", ["ok", "slow", "ok"], ["", "", ""])
+        assert scores == [1.0, 0.0, 1.0] and outcomes == {"ok": 2, "timeout": 1}
+        scores, outcomes = pool.score("tests.ut.models.slow_verifier:crashy", ["crash", "ok"], ["", ""])
+        assert scores == [0.0, 1.0] and outcomes == {"error": 1, "ok": 1}
+    finally:
+        pool.close()
+    pool = VerifierPool(processes=1, timeout=60.0)  # real math: a generous timer
+    try:
+        scores, outcomes = pool.score("mindspeed_rl.models.math_verifier:base_acc",
+                                      ["<think>1+1</think><answer>\\boxed{2}</answer>"], ["2"])
+        assert scores == [1.0] and outcomes == {"math_verify": 1}
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("verifier", ["swallowing", "swallowing_everything", "hang_inside_math_verify"])
+def test_a_timeout_caught_inside_the_verifier_still_counts_as_a_timeout(verifier):
+    # math-verify's parse catches Exception; a timed-out response must not be scored by its fallback
+    pool = VerifierPool(processes=1, timeout=3.0, warm=["mindspeed_rl.models.math_verifier:math_acc"])
+    try:
+        scores, outcomes = pool.score(f"tests.ut.models.slow_verifier:{verifier}", ["slow", "7"], ["slow", "7"])
+    finally:
+        pool.close()
+    assert scores == [0.0, 1.0]
+    assert outcomes["timeout"] == 1 and "fallback" not in outcomes
+
+
+def test_the_timer_starts_after_the_worker_is_warm():
+    # the module's warm_up() runs in the pool initializer; without it the verifier would hang (60 s) past 3 s
+    pool = VerifierPool(processes=1, timeout=3.0, warm=["tests.ut.models.slow_verifier:needs_warm_up"])
+    try:
+        scores, outcomes = pool.score("tests.ut.models.slow_verifier:needs_warm_up", ["a", "b"], ["", ""])
+    finally:
+        pool.close()
+    assert scores == [1.0, 1.0] and outcomes == {"ok": 2}
+
+
+def test_reward_metrics_count_timeouts_and_errors_per_verifier():
+    reward = RuleReward(["tests.ut.models.slow_verifier:sleepy", "tests.ut.models.slow_verifier:crashy"], [1.0, 1.0],
+                        eos_id=EOS, tokenizer=build_toy_tokenizer(), timeout=3.0)
+    name_s, name_c = "tests.ut.models.slow_verifier:sleepy", "tests.ut.models.slow_verifier:crashy"
+    try:
+        reward.pool.score = _fake_score(reward.pool.score)
+        out = reward([t(1, EOS), t(2, EOS)], [t(1), t(1)])
+    finally:
+        reward.close()
+    m = reward.last_metrics
+    assert m[f"reward/{name_s}/timeouts"] == 1.0 and m[f"reward/{name_s}/errors"] == 0.0
+    assert m[f"reward/{name_c}/timeouts"] == 0.0 and m[f"reward/{name_c}/errors"] == 1.0
+    assert out.tolist() == [1.0, 1.0]  # row 0: sleepy timed out (0) + crashy ok; row 1: sleepy ok + crashy crashed
+
+
+def _fake_score(real):
+    # the toy tokenizer decodes digits; map row 0 to "slow" for sleepy and row 1 to "crash" for crashy
+    def score(path, responses, labels):
+        word = "slow" if path.endswith("sleepy") else "crash"
+        row = 0 if word == "slow" else 1
+        return real(path, [word if i == row else r for i, r in enumerate(responses)], labels)
+    return score
