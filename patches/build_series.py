@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Build the upstream patch series in patches/mindspeed-rl/ from our package.
+"""Build the upstream patch series in patches/mindspeed-rl/ and patches/verl/ from our package.
 
-    python patches/build_series.py [--upstream GIT_DIR] [--package DIR] [--check]
+    python patches/build_series.py [--upstream GIT_DIR] [--verl-src DIR] [--package DIR] [--check]
 
 Package-sourced files (series_spec.py) are our package files with their
 declared adaptations; upstream edits are copied from patches/src/. The
@@ -9,7 +9,9 @@ upstream original of a whole-file hunk comes from ``--upstream`` (git show
 <commit>:<path>) or else from the '-' lines of the committed patch.
 ``--check`` writes nothing and exits 1 naming every file that would change.
 With ``--upstream`` the index lines of the stored upstream edits are
-recomputed (their hunks applied to upstream's file) and written back.
+recomputed (their hunks applied to upstream's file) and written back;
+``--verl-src`` (an unpacked verl sdist of the series' version) does the same
+for the verl series.
 """
 import argparse
 import hashlib
@@ -26,6 +28,8 @@ import series_spec as spec  # noqa: E402
 REPO = HERE.parent
 SRC = HERE / "src"
 OUT = HERE / "mindspeed-rl"
+VERL_OUT = HERE / "verl"
+VERL_SRC = SRC / "verl"
 HEADER = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n" \
          "From: dp-balance port <dev@example.invalid>\n"
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
@@ -280,11 +284,22 @@ def upstream_file(git_dir: Optional[str], commit: str, path: str) -> Optional[st
         return None
 
 
+def source_tree_file(src_dir: Optional[str], path: str) -> Optional[str]:
+    """``path`` of an unpacked source release (verl's sdist), None without one."""
+    if src_dir is None:
+        return None
+    f = Path(src_dir) / path
+    return f.read_text(encoding="utf-8") if f.is_file() else None
+
+
 def build_step(commit: str, step: "spec.Step", package_dir: Path, git_dir: Optional[str],
-               update_sources: bool) -> str:
-    step_src = SRC / commit / step.name[:4]
+               update_sources: bool, out_root: Path = OUT, src_root: Path = SRC, read_upstream=None) -> str:
+    if read_upstream is None:
+        def read_upstream(path):
+            return upstream_file(git_dir, commit, path)
+    step_src = src_root / commit / step.name[:4]
     message = (step_src / "message").read_text(encoding="utf-8")
-    committed_path = OUT / commit / f"{step.name}.patch"
+    committed_path = out_root / commit / f"{step.name}.patch"
     committed = split_sections(committed_path.read_text(encoding="utf-8")) if committed_path.exists() else {}
     sections: Dict[str, str] = {}
     for pkg in step.package:
@@ -293,17 +308,17 @@ def build_step(commit: str, step: "spec.Step", package_dir: Path, git_dir: Optio
             raise BuildError(f"{commit}: {pkg.path}: not in the package ({package_dir})")
         old = None
         if pkg.upstream_has:
-            old = upstream_file(git_dir, commit, pkg.path)
+            old = read_upstream(pkg.target)
             if old is None:
-                if pkg.path not in committed:
-                    raise BuildError(f"{commit}: {pkg.path}: no upstream original (pass --upstream)")
-                old = old_from_section(committed[pkg.path], pkg.path)
+                if pkg.target not in committed:
+                    raise BuildError(f"{commit}: {pkg.target}: no upstream original (pass --upstream)")
+                old = old_from_section(committed[pkg.target], pkg.target)
         new = adapt(src_file.read_text(encoding="utf-8"), pkg, commit, old)
-        sections[pkg.path] = whole_file_diff(pkg.path, old, new)
+        sections[pkg.target] = whole_file_diff(pkg.target, old, new)
     for diff in sorted(step_src.rglob("*.diff")):
         path = diff.relative_to(step_src).as_posix()[: -len(".diff")]
         stored = diff.read_text(encoding="utf-8")
-        text = normalize_edit(stored, path, upstream_file(git_dir, commit, path))
+        text = normalize_edit(stored, path, read_upstream(path))
         if update_sources and text != stored:
             diff.write_text(text, encoding="utf-8")
             print(f"updated {diff.relative_to(REPO)}")
@@ -318,18 +333,24 @@ def build_step(commit: str, step: "spec.Step", package_dir: Path, git_dir: Optio
     return HEADER + message + "---\n" + diffstat(stats) + "\n" + diffs
 
 
-def build_all(package_dir: Path, git_dir: Optional[str] = None, update_sources: bool = False) -> Dict[Path, str]:
+def build_all(package_dir: Path, git_dir: Optional[str] = None, update_sources: bool = False,
+              verl_src: Optional[str] = None) -> Dict[Path, str]:
     out = {}
     for commit, steps in spec.SERIES.items():
         for step in steps:
             out[OUT / commit / f"{step.name}.patch"] = build_step(commit, step, package_dir, git_dir,
                                                                   update_sources)
+    for version, steps in spec.VERL_SERIES.items():
+        for step in steps:
+            out[VERL_OUT / version / f"{step.name}.patch"] = build_step(
+                version, step, package_dir, None, update_sources, VERL_OUT, VERL_SRC,
+                lambda path: source_tree_file(verl_src, path))
     return out
 
 
-def check(package_dir: Path, git_dir: Optional[str] = None) -> List[str]:
+def check(package_dir: Path, git_dir: Optional[str] = None, verl_src: Optional[str] = None) -> List[str]:
     """Patch files that differ from what the build writes (or are extra)."""
-    built = build_all(package_dir, git_dir)
+    built = build_all(package_dir, git_dir, verl_src=verl_src)
     stale = []
     for p, text in built.items():
         if not p.exists():
@@ -340,25 +361,28 @@ def check(package_dir: Path, git_dir: Optional[str] = None) -> List[str]:
             now, want = split_sections(have), split_sections(text)
             files = sorted(f for f in set(now) | set(want) if now.get(f) != want.get(f))
             stale.append(f"{p.relative_to(REPO)} ({', '.join(files) or 'message or diffstat'})")
-    stale += [str(p.relative_to(REPO)) for p in OUT.glob("*/*.patch") if p not in built]
+    stale += [str(p.relative_to(REPO)) for root in (OUT, VERL_OUT) for p in root.glob("*/*.patch")
+              if p not in built]
     return stale
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--upstream", help="git dir of upstream MindSpeed-RL (optional once bootstrapped)")
+    parser.add_argument("--verl-src", help="unpacked verl sdist of the verl series' version (optional)")
     parser.add_argument("--package", default=str(REPO), help="repository holding our mindspeed_rl/ package")
     parser.add_argument("--check", action="store_true", help="compare with the committed patches, write nothing")
     args = parser.parse_args(argv)
     try:
         if args.check:
-            stale = check(Path(args.package), args.upstream)
+            stale = check(Path(args.package), args.upstream, args.verl_src)
             for path in stale:
                 print(f"build_series: {path} differs from the generated series", file=sys.stderr)
             if stale:
                 print("build_series: run `python patches/build_series.py` and commit the result", file=sys.stderr)
             return 1 if stale else 0
-        for path, text in build_all(Path(args.package), args.upstream, update_sources=True).items():
+        for path, text in build_all(Path(args.package), args.upstream, update_sources=True,
+                                    verl_src=args.verl_src).items():
             path.parent.mkdir(parents=True, exist_ok=True)
             if not path.exists() or path.read_text(encoding="utf-8") != text:
                 path.write_text(text, encoding="utf-8")

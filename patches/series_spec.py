@@ -42,6 +42,11 @@ class Package:
     path: str                 # relative to the repository root, same in both trees
     adaptations: tuple = ()
     upstream_has: bool = False  # True: one whole-file hunk over upstream's file
+    dest: str = ""            # path in the upstream tree when it differs from ``path``
+
+    @property
+    def target(self) -> str:
+        return self.dest or self.path
 
 
 @dataclass(frozen=True)
@@ -147,5 +152,38 @@ SERIES: Dict[str, List[Step]] = {
         Step("0003-DP-balance-per-round-balance-plan-in-the-transfer-qu"),
         Step("0004-DP-balance-balance-settings-from-rl_config-to-the-tr"),
         Step("0005-docs-describe-the-DP-batch-balance-plan-and-balancer"),
+    ],
+}
+
+
+# ---------------------------------------------------------------- verl
+# Series for verl releases (patches/verl/<version>/), built by the same
+# machinery. Package files land under verl/utils/ (``dest``); verl's own files
+# are changed by the stored edits under patches/src/verl/<version>/<step>/.
+
+_VERL_IMPORTS = Replace(
+    "from mindspeed_rl.utils.partition_exact import exact_equal_partition\n"
+    "from mindspeed_rl.utils.partition_refine import ",
+    "from verl.utils.partition_exact import exact_equal_partition\n"
+    "from verl.utils.partition_refine import ",
+    "the helpers sit in verl.utils")
+
+_VERL_DOC = Replace(
+    '"""Sequence-length balancing: split item workloads into partitions of equal load.\n',
+    '"""Balanced partitions behind verl.utils.seqlen_balancing (from MindSpeed-RL\'s balancer).\n'
+    "\n"
+    "Split item workloads into partitions of equal load.\n",
+    "say which verl module calls it")
+
+VERL_BALANCER_FILES = tuple(
+    Package(f"mindspeed_rl/utils/{name}.py", dest=f"verl/utils/{name}.py")
+    for name in ("partition_refine", "partition_exact", "workload")
+) + (Package(SB, dest="verl/utils/balanced_partitions.py", adaptations=(_VERL_DOC, _VERL_IMPORTS)),)
+
+VERL_SERIES: Dict[str, List[Step]] = {
+    "0.9.1": [
+        Step("0001-DP-balance-refined-partitioner-and-workload-model", VERL_BALANCER_FILES),
+        Step("0002-DP-balance-seqlen_balancing-uses-the-refined-partit"),
+        Step("0003-DP-balance-trainer.balance_batch_partitioner-switch"),
     ],
 }
