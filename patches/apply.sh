@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Apply our DP-batch-balance patch series to an upstream MindSpeed-RL tree.
+# Apply our DP-batch-balance patch series to an upstream MindSpeed-RL or verl tree
+# (a verl tree is one with verl/version/version; its series is picked by that version).
 # Run with --help for usage. A git checkout is patched with `git apply --3way`,
 # any other tree with `patch -p1` (the binary figure goes through `git apply`
 # when git is installed). Exit codes: 0 ok, 1 nothing fits, 2 usage error.
@@ -7,13 +8,17 @@ set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 series_root="$here/mindspeed-rl"
+verl_root="$here/verl"
+project="mindspeed-rl"
 
 usage() {
     cat >&2 <<USAGE
-usage: bash patches/apply.sh <upstream-dir> [--check] [--series <commit>]
+usage: bash patches/apply.sh <upstream-dir> [--check] [--series <commit|version>]
 
 Applies the DP-batch-balance patch series that fits an upstream MindSpeed-RL
-tree. Supported upstream commits: $(supported_series | tr '\n' ' ')
+tree or a verl source tree. Supported upstream commits (MindSpeed-RL):
+$(supported_series "$here/mindspeed-rl" | tr '\n' ' ')
+Supported verl releases: $(supported_series "$verl_root" | tr '\n' ' ')
 
   --check            only dry-run: report which series fits, change nothing
   --series <commit>  use this series instead of detecting one
@@ -30,9 +35,9 @@ die_usage() {
     exit 2
 }
 
-supported_series() {
+supported_series() {  # [series root]
     local d
-    for d in "$series_root"/*/; do
+    for d in "${1:-$series_root}"/*/; do
         [ -d "$d" ] && basename "$d"
     done
 }
@@ -41,6 +46,7 @@ describe_series() {
     case "$1" in
         7466375*) echo "parent of the upstream change that added use_dp_batch_balance" ;;
         05a90d7*) echo "upstream head that already has use_dp_batch_balance (heap partition, per-call re-partition)" ;;
+        0.9.1) echo "verl release 0.9.1 (Karmarkar-Karp balance_batch, 7B workload constant)" ;;
         *) echo "" ;;
     esac
 }
@@ -69,6 +75,16 @@ done
 [ -e "$dir" ] || die_usage "'$dir' does not exist"
 [ -d "$dir" ] || die_usage "'$dir' is not a directory"
 dir="$(cd "$dir" && pwd -P)"
+
+# a verl tree carries its release in verl/version/version
+verl_version=""
+if [ -f "$dir/verl/version/version" ] || [ -f "$dir/verl/utils/seqlen_balancing.py" ]; then
+    project="verl"
+    series_root="$verl_root"
+    if [ -f "$dir/verl/version/version" ]; then
+        verl_version="$(tr -d ' \r\n' < "$dir/verl/version/version")"
+    fi
+fi
 
 if [ -n "$forced" ]; then
     match=""
@@ -157,7 +173,8 @@ check_plain() {  # <series> [--reverse]
         n=$((n + 1))
         split_patch "$p" "$tmp/t$n" "$tmp/b$n"
         if [ "${2:-}" = "--reverse" ]; then
-            patch -p1 -R -t -s --dry-run -d "$dir" < "$tmp/t$n" >/dev/null 2>&1 || return 1
+            # -f: without it patch -t takes an unapplied patch for a reversed one and reports success
+            patch -p1 -R -f -s --dry-run -d "$dir" < "$tmp/t$n" >/dev/null 2>&1 || return 1
         else
             patch -p1 -N -t -s --dry-run -d "$dir" < "$tmp/t$n" >/dev/null 2>&1 || return 1
         fi
@@ -178,6 +195,24 @@ already_applied() {  # <series>
 }
 
 explain_nothing_fits() {
+    if [ "$project" = verl ]; then
+        {
+            echo "apply.sh: no patch series fits '$dir'."
+            echo "  It looks like a verl tree${verl_version:+ at version $verl_version}."
+            echo
+            echo "Supported verl releases:"
+            for s in $(supported_series); do
+                printf '  %-9s %s\n' "$s" "$(describe_series "$s")"
+            done
+            echo
+            echo "Get a supported release's source and run this script on it, for example:"
+            echo "  pip download --no-deps --no-binary :all: verl==0.9.1 -d /tmp/verl-src"
+            echo "  tar xzf /tmp/verl-src/verl-0.9.1.tar.gz -C /tmp/verl-src"
+            echo "  bash $here/apply.sh /tmp/verl-src/verl-0.9.1"
+            echo "(or 'git checkout v0.9.1' in a clean verl clone)."
+        } >&2
+        return
+    fi
     {
         echo "apply.sh: no patch series fits '$dir'."
         if [ ! -d "$dir/mindspeed_rl" ]; then
@@ -191,6 +226,7 @@ explain_nothing_fits() {
         for s in $(supported_series); do
             printf '  %-9s %s\n' "$s" "$(describe_series "$s")"
         done
+        echo "Supported verl releases (a tree with verl/version/version): $(supported_series "$verl_root" | tr '\n' ' ')"
         echo
         echo "Check out one of them and run this script again, for example:"
         echo "  git -C <your MindSpeed-RL clone> fetch origin"
@@ -207,6 +243,10 @@ chosen=""
 how=""
 if [ -n "$forced" ]; then
     chosen="$forced"; how="--series"
+elif [ "$project" = verl ]; then
+    for s in $(supported_series); do
+        [ "$verl_version" = "$s" ] && { chosen="$s"; how="verl version $verl_version"; }
+    done
 elif [ -n "$head" ]; then
     for s in $(supported_series); do
         case "$head" in "$s"*) chosen="$s"; how="commit id $head" ;; esac
@@ -240,7 +280,7 @@ else
     fi
 fi
 
-echo "apply.sh: series $chosen fits $dir (chosen by $how)"
+echo "apply.sh: $project series $chosen fits $dir (chosen by $how)"
 for p in $(patches_of "$chosen"); do echo "  $(basename "$p")"; done
 
 if [ $check_only = 1 ]; then
