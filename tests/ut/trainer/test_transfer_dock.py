@@ -1,9 +1,11 @@
+import pickle
 import threading
 
 import numpy as np
 import pytest
 import torch
 
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch
 from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
 from mindspeed_rl.utils.seqlen_balancing import balance_stats, get_seqlen_balanced_partitions
 from mindspeed_rl.utils.workload import WorkloadModel
@@ -217,10 +219,48 @@ def test_addition_columns_and_consumers_and_put_prompts_repeat():
     td = Dock(2, 3, addition_columns=["labels2"], addition_consumers=["critic"], timeout=1)
     td.put_prompts_experience({"prompts": [torch.tensor([1, 2]), torch.tensor([3])],
                                "labels2": [torch.tensor([7]), torch.tensor([8])]}, ["labels2"])
-    batch, idx = td.get_experience("critic", ["prompts", "prompt_length", "labels2"], indexes=[0, 2, 3])
-    assert [t.tolist() for t in batch["prompts"]] == [[1, 2], [1, 2], [3]]
-    assert [int(t) for t in batch["prompt_length"]] == [2, 2, 1]
-    assert [int(t) for t in batch["labels2"]] == [7, 7, 8]
+    batch, idx = td.get_experience("critic", ["prompts", "prompt_length", "labels2"], indexes=list(range(6)))
+    # each prompt's n samples in consecutive rows (repeated, not tiled)
+    assert [t.tolist() for t in batch["prompts"]] == [[1, 2]] * 3 + [[3]] * 3
+    assert [int(t) for t in batch["prompt_length"]] == [2, 2, 2, 1, 1, 1]
+    assert [int(t) for t in batch["labels2"]] == [7, 7, 7, 8, 8, 8]
+
+
+def test_labels_sit_in_the_rows_of_the_responses_they_score():
+    """Row r holds sample r % n of prompt r // n: its prompt and its label, so a
+    reward reading (responses[r], labels[r]) scores each response against its own answer."""
+    n = 4
+    prompts = [torch.tensor([1, 2]), torch.tensor([3]), torch.tensor([4, 5, 6])]
+    labels = [torch.tensor([70000]), torch.tensor([8, 9]), torch.tensor([10, 11, 12])]
+    td = Dock(3, n, timeout=1)
+    td.put_prompts_experience({"prompts": prompts, "labels": labels}, ["labels"])
+    rows = list(range(3 * n))
+    batch, idx = td.get_experience("rule_reward", ["prompts", "prompt_length", "labels"], indexes=rows)
+    assert idx == rows
+    for r in rows:
+        assert batch["prompts"][r].tolist() == prompts[r // n].tolist(), f"row {r}"
+        assert batch["labels"][r].tolist() == labels[r // n].tolist(), f"row {r}"
+        assert int(batch["prompt_length"][r]) == prompts[r // n].numel(), f"row {r}"
+    # a prompt's group read by the pull API keeps prompt and label together
+    batch, idx = td.get_experience("reward_scores", ["prompts", "labels"], n)
+    assert len({tuple(t.tolist()) for t in batch["labels"]}) == 1
+    assert all(labels[i // n].tolist() == t.tolist() for i, t in zip(idx, batch["labels"]))
+    with pytest.raises(ValueError, match="'labels' has 2 rows, prompts have 3"):
+        td.put_prompts_experience({"prompts": prompts, "labels": labels[:2]}, ["labels"])
+
+
+def test_token_ids_above_int16_range_are_stored_without_wrapping():
+    """Vocabularies of 150k+ tokens: ids put as int64 (lists or a Ray-shipped
+    ColumnBatch) come back unchanged."""
+    ids = [torch.tensor([151643, 32768, 65535]), torch.tensor([2**31 - 1, 0, 40000])]
+    td = Dock(2, 2, timeout=1)
+    td.put_experience({"responses": ids}, [0, 1])  # lists: int64 narrowed to int32
+    shipped = pickle.loads(pickle.dumps(ColumnBatch({"responses": ids, "input_ids": ids}), protocol=5))
+    td.put_experience(shipped, [2, 3])  # as it arrives through Ray: one buffer per column
+    batch, _ = td.get_experience("actor_train", ["responses"], indexes=[0, 1, 2, 3])
+    assert [t.tolist() for t in batch["responses"]] == [t.tolist() for t in ids] * 2
+    batch, _ = td.get_experience("actor_train", ["input_ids"], indexes=[2, 3])
+    assert [t.tolist() for t in batch["input_ids"]] == [t.tolist() for t in ids]
 
 
 def test_constructor_errors():
@@ -261,3 +301,31 @@ def test_timed_out_index_request_consumes_nothing():
     with pytest.raises(TimeoutError):
         td.get_experience("actor_train", ["responses"], indexes=[0, 1, 2, 3])
     assert int(td.experience_consumer_status["actor_train"].sum()) == 0
+
+
+def _random_round(td, seed=0):
+    """Same data every round; the seeded random split (balance off) of the whole round."""
+    _fill(td, 8, 2, seed=seed)
+    return _round(td, "actor_train", 4, balance=False)
+
+
+def test_resumed_dock_continues_the_round_count():
+    """A run resumed after iteration k draws the random splits of round k + 1,
+    as the uninterrupted run does (the trainer calls set_round(k), then clear()
+    before each iteration)."""
+    straight = Dock(8, 2, timeout=1)
+    straight.set_round(0)
+    splits = []
+    for _ in range(3):
+        straight.clear()
+        splits.append(_random_round(straight))
+    assert splits[0] != splits[1] != splits[2]  # rounds draw differently, so a reset round shows
+    resumed = Dock(8, 2, timeout=1)
+    resumed.set_round(2)
+    resumed.clear()
+    assert _random_round(resumed) == splits[2]
+    resumed.clear()
+    again = Dock(8, 2, timeout=1)
+    again.set_round(3)
+    again.clear()
+    assert _random_round(resumed) == _random_round(again)
