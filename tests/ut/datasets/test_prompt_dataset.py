@@ -26,6 +26,28 @@ def test_jsonl_batches_tokenize_and_cycle(tmp_path):
     assert next(batches)["prompts"][1].tolist() == [12, 4, 15]
 
 
+def _take(batches, count):
+    return [([t.tolist() for t in b["prompts"]], [t.tolist() for t in b["labels"]]) for b in
+            (next(batches) for _ in range(count))]
+
+
+def test_jsonl_resume_position_is_counted_in_batches(tmp_path):
+    """start=k (a run resumed after k iterations) serves batch k of the
+    uninterrupted run, also past the end of the file (7 rows, 3 per batch)."""
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"<bos>{i}<sep>", "label": str(i)}) + "\n" for i in range(7)))
+    tok = build_toy_tokenizer()
+    fresh = _take(prompt_batches(str(path), 3, seed=0, tokenizer=tok), 6)
+    assert [labels for _, labels in fresh[:3]] == [[[0], [1], [2]], [[3], [4], [5]], [[6], [0], [1]]]
+    for start in (1, 2, 4):
+        assert _take(prompt_batches(str(path), 3, seed=0, tokenizer=tok, start=start), 2) == fresh[start:start + 2]
+
+
+def test_toy_resume_position_is_counted_in_batches():
+    fresh = _take(prompt_batches("toy:length", 4, seed=3), 4)
+    assert _take(prompt_batches("toy:length", 4, seed=3, start=2), 2) == fresh[2:]
+
+
 @pytest.mark.parametrize("content,match", [
     ('{"prompt": "1"}\n{"prompt": "2", "label": "2"}\n', r"p.jsonl:1: each line needs 'prompt' and 'label'"),
     ('{"prompt": "1", "label": "1"}\n', "fewer than global_batch_size"),
