@@ -284,10 +284,14 @@ def upstream_file(git_dir: Optional[str], commit: str, path: str) -> Optional[st
         return None
 
 
-def source_tree_file(src_dir: Optional[str], path: str) -> Optional[str]:
+def source_tree_file(src_dir: Optional[str], path: str, version: str) -> Optional[str]:
     """``path`` of an unpacked source release (verl's sdist), None without one."""
     if src_dir is None:
         return None
+    stamp = Path(src_dir) / "verl" / "version" / "version"
+    have = stamp.read_text(encoding="utf-8").strip() if stamp.is_file() else None
+    if have != version:
+        raise BuildError(f"--verl-src {src_dir}: verl version {have}, the series needs {version}")
     f = Path(src_dir) / path
     return f.read_text(encoding="utf-8") if f.is_file() else None
 
@@ -344,7 +348,7 @@ def build_all(package_dir: Path, git_dir: Optional[str] = None, update_sources: 
         for step in steps:
             out[VERL_OUT / version / f"{step.name}.patch"] = build_step(
                 version, step, package_dir, None, update_sources, VERL_OUT, VERL_SRC,
-                lambda path: source_tree_file(verl_src, path))
+                lambda path, v=version: source_tree_file(verl_src, path, v))
     return out
 
 
