@@ -231,12 +231,11 @@ def _run_round(group, docks, batch, balance):
     group.sync_init_transfer_dock(td)
     _put_batch(td, batch)
     out = {"balance": balance, "stages": {}}
-    calls = {"ref_log_prob": group.compute_ref_log_prob, "actor_log_prob": group.compute_log_prob,
-             "update": lambda: group.update(KL_COEF)}
+    names = {"ref_log_prob": "ref_log_prob", "actor_log_prob": "actor_log_prob", "update": "actor_train"}
     for stage in STAGES:
-        results = calls[stage]()
+        key = names[stage]
+        results = group.run_stage(key, ray.get(td.plan_stage.remote(key)), kl_coef=KL_COEF)
         mbs = group.execute_sync_command("pop_micro_batches")
-        key = "update" if stage == "update" else stage
         out["stages"][stage] = {
             "seconds": [float(r[f"timing/{key}"]) for r in results],
             "tokens": [float(r[f"tokens/{key}"]) for r in results],
@@ -259,7 +258,7 @@ def run_real(model_dir, pairs, seed):
     from mindspeed_rl.config_cls.loader import build_configs, load_config
     from mindspeed_rl.models.tiny_model import EOS_ID, PAD_ID
     from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
-    from mindspeed_rl.utils.ray_utils import init_ray
+    from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
     from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
 
     overrides = [
@@ -305,7 +304,7 @@ def run_real(model_dir, pairs, seed):
         if group is not None:
             group.shutdown()
         if started:
-            ray.shutdown()
+            shutdown_ray()
 
 
 def analyse_real(real, fits, quad):

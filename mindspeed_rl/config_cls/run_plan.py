@@ -3,18 +3,18 @@
 The launcher, workers, trainer and transfer dock all take this one object;
 none of them re-derives a layout, a row count or a dispatch size.
 """
+import sys
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
+from mindspeed_rl.config_cls import stages as table
 from mindspeed_rl.config_cls.rl_config import resource_size
+from mindspeed_rl.config_cls.stages import BALANCED_STAGES, Stage  # noqa: F401  (re-exported)
 from mindspeed_rl.utils.workload import WorkloadModel
-
-# DP-consumed stages in the order an iteration runs them
-ROLLOUT, REF, OLD, TRAIN = "actor_rollout", "ref_log_prob", "actor_log_prob", "actor_train"
-# stages whose shares may be balanced by sequence workload
-BALANCED_STAGES = (REF, OLD, TRAIN)
-SUPPORTED_LAYOUTS = ("DP x TP with pipeline_model_parallel_size = 1 and context_parallel_size = 1")
+SUPPORTED_LAYOUTS = "DP x TP; pipeline, context and expert parallel ranks are folded into DP"
+# layout keys served by FSDP over the same devices instead
+FOLDED = ("pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size")
 
 
 class PlanError(ValueError):
@@ -31,6 +31,12 @@ class Layout:
     tp: int
     # ddp: replicas; tp: DTensor TP weights, grads averaged over dp; fsdp: FSDP2 over dp (+ TP)
     engine: str = "ddp"
+    asked: str = ""  # the config's layout when another one runs instead (PP / CP / EP folded into DP)
+    note: str = ""   # the one line that says which layout runs instead and why
+
+    @property
+    def substituted(self) -> bool:
+        return bool(self.asked)
 
 
 @dataclass(frozen=True)
@@ -42,14 +48,41 @@ class BalanceSpec:
 
 @dataclass(frozen=True)
 class StagePlan:
-    """How the dock serves one DP-consumed stage: share s of a round's plan
-    goes to DP rank s % dp; every rank takes ``shares_per_rank`` shares."""
+    """One stage of this run (a row of the stage table, sized). For a ``dp``
+    stage share s of the round's plan goes to DP rank s % dp and every rank
+    takes ``shares_per_rank`` shares; a driver stage takes the whole round."""
     name: str
     rows_per_share: int
     shares_per_rank: int
     balanced: bool        # balanced by workload (else a seeded random split)
     unit: int = 1         # rows per unit: 1 = single samples, n = whole GRPO groups
     config_key: str = ""  # the key that sets rows_per_share, for messages
+    stage: Optional[Stage] = None
+    inputs: Tuple[str, ...] = ()  # columns this run's stage reads (the table's, plus optional ones)
+
+    @property
+    def kind(self) -> str:
+        return self.stage.kind if self.stage else "dp"
+
+    @property
+    def is_dp(self) -> bool:
+        return self.kind == "dp"
+
+    @property
+    def method(self) -> str:
+        return self.stage.method
+
+    @property
+    def role(self) -> str:
+        return self.stage.role
+
+    @property
+    def outputs(self) -> Tuple[str, ...]:
+        return self.stage.outputs if self.stage else ()
+
+    @property
+    def cost_columns(self) -> Tuple[str, ...]:
+        return self.stage.cost_columns if self.stage else table.LENGTH_COST
 
 
 @dataclass(frozen=True)
@@ -92,11 +125,15 @@ class RunPlan:
 
     @property
     def uses_reference(self) -> bool:
-        return REF in self.stages
+        return table.REF.name in self.stages
 
     @property
     def computes_old_log_prob(self) -> bool:
-        return OLD in self.stages
+        return table.OLD.name in self.stages
+
+    @property
+    def dp_stages(self) -> List[StagePlan]:
+        return [s for s in self.stages.values() if s.is_dp]
 
     def stage(self, name: str) -> StagePlan:
         if name not in self.stages:
@@ -105,19 +142,13 @@ class RunPlan:
 
     def summary(self) -> str:
         parts = [f"{s.name}: {s.shares_per_rank} x {s.rows_per_share} rows/rank"
-                 f"{' balanced' if s.balanced else ''}" for s in self.stages.values()]
+                 f"{' balanced' if s.balanced else ''}" for s in self.dp_stages]
         return (f"layout DP={self.layout.dp} TP={self.layout.tp} ({self.layout.world_size} workers, "
                 f"{self.layout.engine} engine); "
                 f"{self.rows_per_round} rows per round; " + "; ".join(parts))
 
 
 def _check_layout(actor_config, rl_config, generate_config) -> Layout:
-    for key, value in (("pipeline_model_parallel_size", actor_config.pipeline_model_parallel_size),
-                       ("context_parallel_size", actor_config.context_parallel_size),
-                       ("expert_model_parallel_size", actor_config.expert_model_parallel_size)):
-        if value != 1:
-            raise PlanError(f"actor_config.{key}={value} is not implemented; supported layouts: "
-                            f"{SUPPORTED_LAYOUTS}")
     if generate_config.infer_pipeline_parallel_size != 1:
         raise PlanError(f"generate_config.infer_pipeline_parallel_size="
                         f"{generate_config.infer_pipeline_parallel_size} is not implemented; rollout runs "
@@ -135,32 +166,82 @@ def _check_layout(actor_config, rl_config, generate_config) -> Layout:
     if tp < 1 or world % tp:
         raise PlanError(f"rl_config.actor_resource.num_npus={world} must be divisible by "
                         f"actor_config.tensor_model_parallel_size={tp}")
+    folded = {key: getattr(actor_config, key) for key in FOLDED}
+    for key, value in folded.items():
+        if not isinstance(value, int) or value < 1:
+            raise PlanError(f"actor_config.{key}={value!r} must be a positive int")
+    pp, cp, ep = (folded[k] for k in FOLDED)
+    if world % (tp * pp * cp):
+        raise PlanError(f"rl_config.actor_resource.num_npus={world} must be divisible by tensor x pipeline x "
+                        f"context parallel = {tp} x {pp} x {cp}")
+    asked_dp = world // (tp * pp * cp)
+    if asked_dp % ep:
+        raise PlanError(f"actor_config.expert_model_parallel_size={ep} must divide the data parallel size "
+                        f"{asked_dp} ({world} devices / (TP {tp} x PP {pp} x CP {cp}))")
     dp = world // tp
     if given_dp not in (None, dp):
         raise PlanError(f"generate_config.data_parallel_size={given_dp} disagrees with the layout's data "
                         f"parallel size {dp}; leave it unset (it is derived)")
     _check_tp_divides_model(actor_config, tp)
-    if actor_config.use_distributed_optimizer:
+    asked = note = ""
+    if pp * cp * ep > 1:
+        # not implemented as such: the same devices run FSDP over the folded ranks (same math: the
+        # full model, full sequences and all experts are gathered per layer on every rank)
+        parts = [f"TP={tp}"] + [f"{name}={v}" for name, v in (("PP", pp), ("CP", cp), ("EP", ep)) if v > 1]
+        asked = " x ".join(parts + [f"DP={asked_dp}"])
+        names = [n for n, v in (("pipeline", pp), ("context", cp), ("expert", ep)) if v > 1]
+        extra = f"; num_layer_list={actor_config.num_layer_list} has no stages to size" \
+            if actor_config.num_layer_list is not None else ""
+        note = (f"layout: the config asks for {asked} on {world} devices; runs DP={dp} x TP={tp} with the "
+                f"sharded engine (FSDP2 over {dp} DP ranks) on the same {world} devices, because "
+                f"{' and '.join(names)} parallelism {'are' if len(names) > 1 else 'is'} not implemented; the training "
+                f"math is the same{extra}")
+        print(note, file=sys.stderr, flush=True)
+    if actor_config.use_distributed_optimizer or asked:
         if dp == 1:
             raise PlanError(f"megatron_training.use_distributed_optimizer=true shards over data parallel ranks, "
                             f"but the layout has DP=1 ({world} devices / TP {tp}); set it to false")
         engine = "fsdp"
     else:
         engine = "tp" if tp > 1 else "ddp"
-    return Layout(world_size=world, dp=dp, tp=tp, engine=engine)
+    return Layout(world_size=world, dp=dp, tp=tp, engine=engine, asked=asked, note=note)
 
 
 def _check_tp_divides_model(cfg, tp):
     """TP must split heads and KV heads evenly (checked again on the checkpoint by the engine)."""
-    kv = cfg.num_query_groups if cfg.group_query_attention else cfg.num_attention_heads
+    mla = getattr(cfg, "multi_latent_attention", False)
+    kv = cfg.num_query_groups if cfg.group_query_attention and not mla else cfg.num_attention_heads
     for key, value in (("num_attention_heads", cfg.num_attention_heads), ("num_query_groups", kv),
-                       ("ffn_hidden_size", cfg.ffn_hidden_size)):
+                       ("ffn_hidden_size", cfg.ffn_hidden_size),
+                       ("moe_ffn_hidden_size", getattr(cfg, "moe_ffn_hidden_size", None))):
         if value is not None and value % tp:
             raise PlanError(f"actor_config.tensor_model_parallel_size={tp} does not divide the model's "
                             f"{key}={value}")
 
 
-def _stage(name, key, size, default, rows, dp, balanced) -> StagePlan:
+def _check_update_dispatch(size, layout, actor_config, mini, rows):
+    """Upstream's actor_update_dispatch_size: the rows an actor rank fetches per update call,
+    each call cut into mini-batches of mini_batch_size // DP (upstream 2f84bab's integrated
+    worker ignores it). Here each optimizer step trains on one share of mini // DP rows, so a
+    size that cuts upstream's mini-batches evenly, or is not used, runs the same math."""
+    if size is None or size == mini // layout.dp:
+        return
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise PlanError(f"rl_config.actor_update_dispatch_size={size!r} must be a positive int")
+    world, tp = layout.world_size, layout.tp
+    upstream_dp = world // (tp * actor_config.pipeline_model_parallel_size * actor_config.context_parallel_size)
+    per_step, per_rank = mini // upstream_dp, rows // upstream_dp
+    if per_step <= size < per_rank and size % per_step:
+        raise PlanError(f"rl_config.actor_update_dispatch_size={size} is not a multiple of the rows a rank trains "
+                        f"per optimizer step in the config's layout (mini_batch_size // DP = {per_step}): upstream "
+                        f"would train on uneven mini-batches; give a multiple of {per_step} or leave it unset")
+    warnings.warn(f"rl_config.actor_update_dispatch_size={size} only sizes upstream's update fetches: each "
+                  f"optimizer step here trains on mini_batch_size // DP = {mini // layout.dp} rows per rank "
+                  f"(DP={layout.dp}), the same mini-batches", UserWarning, stacklevel=3)
+
+
+def _stage(stage: Stage, size, default, rows, dp, balanced, inputs=None) -> StagePlan:
+    key = stage.dispatch_key
     size = default if size is None else size
     if size <= 0 or rows % size:
         raise PlanError(f"rl_config.{key}={size} must be a positive divisor of the "
@@ -169,7 +250,12 @@ def _stage(name, key, size, default, rows, dp, balanced) -> StagePlan:
     if shares % dp:
         raise PlanError(f"rl_config.{key}={size} gives {shares} shares per round, not a multiple of the "
                         f"data parallel size {dp}: every DP rank must take the same number of shares")
-    return StagePlan(name, size, shares // dp, balanced, config_key=key)
+    return StagePlan(stage.name, size, shares // dp, balanced and stage.balanceable, config_key=key,
+                     stage=stage, inputs=tuple(inputs or stage.inputs))
+
+
+def _driver_stage(stage: Stage, rows: int) -> StagePlan:
+    return StagePlan(stage.name, rows, 1, False, stage=stage, inputs=stage.inputs)
 
 
 def _balance(actor_config, rl_config) -> Optional[BalanceSpec]:
@@ -194,19 +280,20 @@ def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
         raise PlanError(f"rl_config.mini_batch_size // data parallel size = {mini // dp} must be "
                         f"divisible by micro_batch_size={actor_config.micro_batch_size}")
     balanced = rl_config.use_dp_batch_balance
-    stages = {ROLLOUT: _stage(ROLLOUT, "actor_rollout_dispatch_size", rl_config.actor_rollout_dispatch_size,
-                              rows // dp, rows, dp, False)}
+    share = rows // dp
+    stages = {table.ROLLOUT.name: _stage(table.ROLLOUT, rl_config.actor_rollout_dispatch_size, share, rows, dp,
+                                         False),
+              table.REWARD.name: _driver_stage(table.REWARD, rows)}
     if rl_config.init_kl_coef > 0:
-        stages[REF] = _stage(REF, "ref_dispatch_size", rl_config.ref_dispatch_size, rows // dp, rows, dp,
-                             balanced)
-    if not (mini == rows and rl_config.epochs == 1):  # on-policy: the update's own log-probs are the old ones
-        stages[OLD] = _stage(OLD, "actor_logprob_dispatch_size", rl_config.actor_logprob_dispatch_size,
-                             rows // dp, rows, dp, balanced)
-    if rl_config.actor_update_dispatch_size not in (None, mini // dp):
-        raise PlanError(f"rl_config.actor_update_dispatch_size={rl_config.actor_update_dispatch_size}: in "
-                        f"integrated mode each rank trains on mini_batch_size // DP = {mini // dp} rows "
-                        f"per optimizer step; leave it unset")
-    stages[TRAIN] = _stage(TRAIN, "actor_update_dispatch_size", None, mini // dp, rows, dp, balanced)
+        stages[table.REF.name] = _stage(table.REF, rl_config.ref_dispatch_size, share, rows, dp, balanced)
+    # on-policy (one optimizer step over the whole round, one epoch): the update's own log-probs are the old ones
+    if not (mini == rows and rl_config.epochs == 1):
+        stages[table.OLD.name] = _stage(table.OLD, rl_config.actor_logprob_dispatch_size, share, rows, dp,
+                                        balanced)
+    _check_update_dispatch(rl_config.actor_update_dispatch_size, layout, actor_config, mini, rows)
+    train_inputs = table.TRAIN.inputs + tuple(stages[s.name].stage.outputs[0] for s in (table.OLD, table.REF)
+                                               if s.name in stages)
+    stages[table.TRAIN.name] = _stage(table.TRAIN, None, mini // dp, rows, dp, balanced, train_inputs)
     timeout = rl_config.td_timeout
     return RunPlan(layout=layout, prompts_per_round=actor_config.global_batch_size,
                    n_samples=rl_config.n_samples_per_prompt, mini_batch_rows=mini, epochs=rl_config.epochs,

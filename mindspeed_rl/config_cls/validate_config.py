@@ -95,7 +95,7 @@ def validate_rl_args(actor_config, ref_config, reward_config, rl_config, generat
                 f"rl_config.max_packing_token_size={rl_config.max_packing_token_size} is below the longest "
                 f"possible sequence max_prompt_length + sampling_config.max_tokens = {longest}")
     plan = build_run_plan(actor_config, rl_config, generate_config)
-    for stage in plan.stages.values():
+    for stage in plan.dp_stages:
         setattr(rl_config, stage.config_key, stage.rows_per_share)
     rl_config.reward_dispatch_size = rl_config.adv_dispatch_size = plan.rows_per_round
     generate_config.data_parallel_size = plan.layout.dp

@@ -1,6 +1,6 @@
-"""RayGRPOTrainer: one GRPO iteration = rollout -> reward -> advantages ->
-ref/old log-probs -> update, with every stage reading and writing the dock."""
-import os
+"""RayGRPOTrainer: one GRPO iteration runs the run plan's stage table in order
+(rollout -> rewards and advantages -> ref/old log-probs -> update); the
+driver sends each DP rank its row ids, ranks read and write the dock."""
 import time
 from typing import Dict, Iterator, List
 
@@ -9,10 +9,10 @@ import ray
 from tqdm import tqdm
 
 from mindspeed_rl.trainer.base import RayBaseTrainer
-from mindspeed_rl.trainer.utils.compute_utils import (compute_advantage, compute_grpo_data_metrics,
-                                                      compute_rule_reward)
+from mindspeed_rl.config_cls.stages import BALANCED_STAGES, TRAIN
+from mindspeed_rl.trainer.utils.compute_utils import compute_rewards
 from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
-from mindspeed_rl.utils.checkpoint import iteration_dir, write_state, write_tracker
+from mindspeed_rl.utils.checkpoint import Checkpointer
 from mindspeed_rl.utils.loggers import MetricsLogger
 
 
@@ -65,36 +65,12 @@ class RayGRPOTrainer(RayBaseTrainer):
         """Iterations ``start_iteration + 1 .. train_iters`` (a resumed run passes
         the checkpoint's iteration and KL coefficient; the data iterator is
         already positioned)."""
-        td, plan = self.transfer_dock, self.run_plan
-        rows = plan.rows_per_round
         if kl_coef is not None:
             self.kl_ctrl.value = kl_coef
-        ray.get(td.set_round.remote(start_iteration))
+        ray.get(self.transfer_dock.set_round.remote(start_iteration))
         bar = tqdm(range(start_iteration + 1, self.train_iters + 1), desc="GRPO", disable=None)
         for iteration in bar:
-            start = time.perf_counter()
-            ray.get(td.clear.remote())
-            ray.get(td.put_prompts_experience.remote(self._checked(next(data_iters)), self.dataset_additional_keys))
-            results = list(self.actor_worker.generate_sequences(iteration))
-            metrics = {}
-            for reward in self.reward_list:
-                metrics.update(compute_rule_reward(td, reward, rows))
-            compute_advantage(td, plan.n_samples, rows, self.adv_estimator)
-            if plan.uses_reference:
-                results += self.ref_worker.compute_ref_log_prob()
-            if plan.computes_old_log_prob:
-                results += self.actor_worker.compute_log_prob()
-            updates = self.actor_worker.update(self.kl_ctrl.value)
-            results += updates
-            metrics.update({k: float(np.mean([u[k] for u in updates])) for k in updates[0]
-                            if k.startswith("actor/")})
-            metrics.update(rank_timing_metrics(results))
-            metrics.update(rank_balance_metrics(results))
-            metrics.update(compute_grpo_data_metrics(td, rows))
-            metrics.update(ray.get(td.get_metrics.remote()).compute())
-            self.logger.log_balance(iteration, ray.get(td.get_balance_history.remote()))
-            metrics["timing/iteration"] = time.perf_counter() - start
-            self.kl_ctrl.update(metrics.get("actor/kl", 0.0), rows)
+            metrics = self.step(iteration, next(data_iters))
             self.history.append(metrics)
             self.logger.log(iteration, metrics, self._summary(iteration, metrics))
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
@@ -103,15 +79,49 @@ class RayGRPOTrainer(RayBaseTrainer):
                 self.save(iteration)
         return self.history
 
-    def save(self, iteration: int) -> str:
-        """Checkpoint after ``iteration``: the workers' sharded state, then the
-        trainer state, then the tracker (atomically, last)."""
+    def step(self, iteration: int, batch: dict) -> Dict[str, float]:
+        """One iteration: the run plan's stages in order. For a DP stage the dock
+        plans the round once and each DP rank gets its shares' row ids."""
         start = time.perf_counter()
-        folder = iteration_dir(self.save_dir, iteration)
-        os.makedirs(folder, exist_ok=True)
-        self.actor_worker.save_checkpoint(folder, self.save_optimizer, self.save_rng)
-        write_state(folder, {"iteration": iteration, "kl_coef": self.kl_ctrl.value, "data_position": iteration})
-        write_tracker(self.save_dir, iteration)
+        td, plan = self.transfer_dock, self.run_plan
+        ray.get(td.start_round.remote(self._checked(batch), self.dataset_additional_keys))
+        context = {"iteration": iteration, "kl_coef": self.kl_ctrl.value}
+        metrics, results = {}, []
+        for stage in plan.stages.values():
+            if stage.is_dp:
+                shares = ray.get(td.plan_stage.remote(stage.name))
+                group = self.ref_worker if stage.role == "ref" else self.actor_worker
+                results += group.run_stage(stage.name, shares, **context)
+            else:
+                metrics.update(getattr(self, stage.method)(stage))
+        train = [r for r in results if f"timing/{TRAIN.name}" in r]
+        metrics.update({k: float(np.mean([u[k] for u in train])) for k in train[0] if k.startswith("actor/")})
+        metrics.update(rank_timing_metrics(results))
+        metrics.update(rank_balance_metrics(results))
+        summary = ray.get(td.round_summary.remote())
+        metrics.update(summary["metrics"])
+        self.logger.log_balance(iteration, summary["balance"])
+        metrics["timing/iteration"] = time.perf_counter() - start
+        self.kl_ctrl.update(metrics.get("actor/kl", 0.0), plan.rows_per_round)
+        return metrics
+
+    def compute_rewards(self, stage) -> Dict[str, float]:
+        """Driver stage: rewards, advantages and data metrics of the round."""
+        return compute_rewards(self.transfer_dock, stage, self.reward_list, self.run_plan.n_samples,
+                               self.adv_estimator)
+
+    def state_dict(self, iteration: int) -> Dict[str, float]:
+        """Driver state after ``iteration``: the KL coefficient, the data
+        iterator's position (batches taken) and the dock's round count."""
+        return {"iteration": iteration, "kl_coef": self.kl_ctrl.value, "data_position": iteration,
+                "dock_round": iteration}
+
+    def save(self, iteration: int) -> str:
+        """Checkpoint after ``iteration`` (see utils.checkpoint.Checkpointer)."""
+        start = time.perf_counter()
+        checkpointer = Checkpointer(self.save_dir, lambda folder: self.actor_worker.save_checkpoint(
+            folder, self.save_optimizer, self.save_rng))
+        folder = checkpointer.save(iteration, self.state_dict(iteration))
         print(f"saved checkpoint {folder} in {time.perf_counter() - start:.2f}s", flush=True)
         return folder
 
@@ -132,9 +142,9 @@ class RayGRPOTrainer(RayBaseTrainer):
         balance = " ".join(
             f"{stage}:imb={get(f'dp_balance/{stage}/rank_imbalance', '{:.2%}')}"
             f"(random {get(f'dp_balance/{stage}/imbalance_random', '{:.2%}')})"
-            for stage in ("ref_log_prob", "actor_log_prob", "actor_train")
-            if f"dp_balance/{stage}/rank_imbalance" in m)
+            for stage in BALANCED_STAGES if f"dp_balance/{stage}/rank_imbalance" in m)
         return (f"iter {iteration}: reward={get('reward/mean')} resp_len={get('response_length/mean', '{:.2f}')} "
                 f"loss={get('actor/pg_loss', '{:.4f}')} kl={get('actor/kl', '{:.4f}')} "
-                f"update max/min rank s={get('timing/update/max', '{:.2f}')}/{get('timing/update/min', '{:.2f}')} "
+                f"update max/min rank s={get(f'timing/{TRAIN.name}/max', '{:.2f}')}/"
+                f"{get(f'timing/{TRAIN.name}/min', '{:.2f}')} "
                 f"{balance}")

@@ -1,9 +1,8 @@
 """Worker base: process-group set-up and the dock data path shared by all workers."""
 import os
 import socket
-import time
 from datetime import timedelta
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import ray
 import torch
@@ -15,13 +14,12 @@ from mindspeed_rl.trainer.utils.columnar import ColumnBatch
 from mindspeed_rl.utils.dist_sync import broadcast_object
 from mindspeed_rl.workers.parallel_state import ParallelState
 
-_TIMED_OUT = (None, None, None)
-
 
 class BaseWorker:
-    """One rank of a worker group (a Ray actor). The TP source rank of each
-    tensor-parallel group talks to the transfer dock and broadcasts to its peers.
-    The layout, dispatch sizes and timeouts come from ``run_plan`` only."""
+    """One rank of a worker group (a Ray actor). The driver sends each DP rank
+    its row ids per stage; the TP source rank of each tensor-parallel group
+    reads them from the transfer dock and broadcasts to its peers. The layout,
+    stages and timeouts come from ``run_plan`` only."""
 
     def __init__(self, megatron_config, rl_config, generate_config, rank: int, world_size: int,
                  run_plan=None, **kwargs):
@@ -76,37 +74,37 @@ class BaseWorker:
     def is_tp_src(self) -> bool:
         return self.parallel_state.tp_rank == 0
 
-    def _fetch_share(self, stage: str, columns: List[str], deadline: float):
-        """On the TP source: (batch, indexes, done) from the dock, or _TIMED_OUT
-        once ``deadline`` passed with nothing ready; broadcast to the TP group
-        so its ranks always take the same branch."""
-        payload = None
-        if self.is_tp_src:
-            payload = ray.get(self.td.get_rank_share.remote(stage, columns, self.parallel_state.dp_rank))
-            if payload[0] is None and not payload[2] and time.monotonic() > deadline:
-                payload = _TIMED_OUT
-        return broadcast_object(payload, self.parallel_state.tp_src, self.parallel_state.tp_group)
+    def read_rows(self, columns: Sequence[str], shares: List[List[int]]) -> List[dict]:
+        """This rank's shares of a stage, one dict of columns per share: the TP
+        source reads every row in one call and broadcasts to its TP peers."""
+        rows = [r for share in shares for r in share]
+        batch = None
+        if self.is_tp_src and rows:
+            batch = ray.get(self.td.get_rows.remote(list(columns), rows))
+        batch = broadcast_object(batch, self.parallel_state.tp_src, self.parallel_state.tp_group)
+        out, start = [], 0
+        for share in shares:
+            out.append({c: batch[c][start:start + len(share)] for c in columns})
+            start += len(share)
+        return out
+
+    def write_rows(self, output: Dict[str, List[torch.Tensor]], rows: List[int]):
+        """Write results back in one call (the TP source only; its peers hold the same values)."""
+        if self.is_tp_src and rows:
+            output = ColumnBatch({k: [t.detach().cpu() for t in v] for k, v in output.items()})
+            ray.get(self.td.put_experience.remote(data_dict=output, indexes=list(rows)))
 
     def collect_transfer_dock_data(self, output: Dict[str, List[torch.Tensor]], index: List[int],
                                    use_vllm: bool = False):
-        """Write results back (the TP source only; its peers hold the same values)."""
-        if self.is_tp_src:
-            output = ColumnBatch({k: [t.detach().cpu() for t in v] for k, v in output.items()})
-            ray.get(self.td.put_experience.remote(data_dict=output, indexes=index))
+        """Upstream's name for writing results back."""
+        self.write_rows(output, index)
 
-    def iterate_stage(self, stage: str, columns: List[str]) -> Iterator[Tuple[dict, List[int]]]:
-        """This DP rank's shares of ``stage`` in the run plan, in order; waits
-        at most ``timeouts.data_wait`` seconds for each."""
-        wait = self.run_plan.timeouts.data_wait
-        while True:
-            deadline = time.monotonic() + wait
-            batch, index, done = self._fetch_share(stage, columns, deadline)
-            while batch is None and done is False:
-                time.sleep(0.01)
-                batch, index, done = self._fetch_share(stage, columns, deadline)
-            if done is None:
-                raise TimeoutError(f"rank {self.rank}: consumer '{stage}' got no data for columns {columns} "
-                                   f"within td_timeout={wait:g}s")
-            if done:
-                return
-            yield batch, index
+    def run_stage(self, name: str, shares: List[List[int]], **context) -> Dict[str, float]:
+        """Run stage ``name`` of the run plan on this rank's ``shares``."""
+        stage = self.run_plan.stages.get(name)
+        if stage is None or not stage.is_dp:
+            raise ValueError(f"rank {self.rank}: the run plan has no DP stage '{name}'")
+        if len(shares) != stage.shares_per_rank:
+            raise ValueError(f"rank {self.rank}: stage '{name}' expects {stage.shares_per_rank} shares per "
+                             f"rank, got {len(shares)}")
+        return getattr(self, stage.method)(shares, **context)

@@ -9,24 +9,30 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from mindspeed_rl.config_cls.stages import OLD, REF, ROLLOUT, TRAIN
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.loss.grpo_loss import grpo_loss
 from mindspeed_rl.models.lr_schedule import lr_at
-from mindspeed_rl.utils.checkpoint import DCP_DIR, CheckpointError
+from mindspeed_rl.utils.checkpoint import DCP_DIR, CheckpointError, capture_rng, restore_rng
 from mindspeed_rl.utils.dist_sync import all_reduce_scalar, sync_micro_batch_count
 from mindspeed_rl.utils.seqlen_balancing import rearrange_micro_batches
+from mindspeed_rl.utils.utils import seed_all
 from mindspeed_rl.workers.base_worker import BaseWorker
-
-SEQ_COLUMNS = ["prompts", "responses", "prompt_length", "response_length"]
-
 
 def _lengths(batch) -> List[int]:
     return [int(p) + int(r) for p, r in zip(batch["prompt_length"], batch["response_length"])]
 
 
+def rollout_seed(base: int, iteration: int, first_row: int) -> int:
+    """Sampling seed of a rollout share: distinct for every (seed, iteration, row)."""
+    words = np.random.SeedSequence([int(base) % 2 ** 63, int(iteration), int(first_row)]).generate_state(2)
+    return (int(words[0]) << 31 | int(words[1]) >> 1) % 2 ** 63
+
+
 class IntegratedWorker(BaseWorker):
     def initialize(self, model_path: str, eos_id: int, pad_id: int):
         cfg, rl = self.megatron_config, self.rl_config
+        seed_all(cfg.seed + self.rank, deterministic=False)  # this rank's global streams (megatron_training.seed)
         half = torch.bfloat16 if cfg.bf16 and self.device.type != "cpu" else None
         layout = self.run_plan.layout
         common = dict(device=self.device, use_remove_padding=rl.use_remove_padding, seed=rl.seed,
@@ -79,59 +85,64 @@ class IntegratedWorker(BaseWorker):
         return [chunk.tolist() for chunk in np.array_split(np.arange(n), count)]
 
     # ------------------------------------------------------------ stages
+    # Each takes this rank's shares of the round (row lists from the driver's plan).
 
-    def generate_sequences(self, iteration: int = 0) -> Dict[str, float]:
+    def generate_sequences(self, shares: List[List[int]], iteration: int = 0, **_) -> Dict[str, float]:
         """Rollout of this rank's shares. A share's sampling seed depends on
         (seed, iteration, its first row) only, so runs repeat and resume exactly."""
         start = time.perf_counter()
+        stage = self.run_plan.stages[ROLLOUT.name]
         sampling = self.generate_config.sampling_config
         base = sampling["seed"] if sampling["seed"] is not None else self.rl_config.seed
-        lengths = []
-        for batch, index in self.iterate_stage("actor_rollout", ["prompts"]):
-            seed = (base * 1_000_003 + iteration * 7919 + int(index[0])) % 2 ** 63
+        lengths, out, rows = [], {"responses": [], "response_length": []}, []
+        for batch, share in zip(self.read_rows(stage.inputs, shares), shares):
             responses = self.actor.generate(batch["prompts"], max_new_tokens=sampling["max_tokens"],
                                             temperature=sampling["temperature"], top_p=sampling["top_p"],
                                             top_k=max(0, sampling["top_k"]), min_p=sampling["min_p"],
-                                            eos_id=self.eos_id, pad_id=self.pad_id, seed=seed)
-            counts = [torch.tensor([r.numel()], dtype=torch.int32) for r in responses]
-            self.collect_transfer_dock_data({"responses": responses, "response_length": counts}, index)
+                                            eos_id=self.eos_id, pad_id=self.pad_id,
+                                            seed=rollout_seed(base, iteration, share[0]))
+            out["responses"] += responses
+            out["response_length"] += [torch.tensor([r.numel()], dtype=torch.int32) for r in responses]
+            rows += share
             lengths += [p.numel() + r.numel() for p, r in zip(batch["prompts"], responses)]
-        return self._timing("rollout", start, lengths, consumer="actor_rollout")
+        self.write_rows(out, rows)
+        return self._timing(stage.name, start, lengths)
 
-    def _log_prob_stage(self, stage: str, engine, out_column: str, forward_mbs):
+    def _log_prob_stage(self, stage, shares, engine) -> Dict[str, float]:
         start = time.perf_counter()
-        lengths_seen = []
-        for batch, index in self.iterate_stage(stage, SEQ_COLUMNS):
+        forward_mbs = getattr(self.rl_config, stage.stage.micro_batch_key)
+        lengths_seen, out, rows = [], [], []
+        for batch, share in zip(self.read_rows(stage.inputs, shares), shares):
             lengths = _lengths(batch)
             lengths_seen += lengths
             parts = self._micro_batches(lengths, forward_mbs, sync=False)
             log_probs, _ = engine.log_probs(batch["prompts"], batch["responses"], parts,
                                             temperature=self._temperature())
-            self.collect_transfer_dock_data({out_column: log_probs}, index)
-        return self._timing(stage, start, lengths_seen)
+            out += log_probs
+            rows += share
+        self.write_rows({stage.outputs[0]: out}, rows)
+        return self._timing(stage.name, start, lengths_seen)
 
-    def compute_ref_log_prob(self) -> Dict[str, float]:
-        return self._log_prob_stage("ref_log_prob", self.ref, "ref_log_prob", self.rl_config.ref_forward_micro_batch_size)
+    def compute_ref_log_prob(self, shares: List[List[int]], **_) -> Dict[str, float]:
+        return self._log_prob_stage(self.run_plan.stages[REF.name], shares, self.ref)
 
-    def compute_log_prob(self) -> Dict[str, float]:
-        return self._log_prob_stage("actor_log_prob", self.actor, "old_log_prob",
-                                    self.rl_config.actor_forward_micro_batch_size)
+    def compute_log_prob(self, shares: List[List[int]], **_) -> Dict[str, float]:
+        return self._log_prob_stage(self.run_plan.stages[OLD.name], shares, self.actor)
 
-    def update(self, kl_coef: float) -> Dict[str, float]:
+    def update(self, shares: List[List[int]], kl_coef: float = 0.0, **_) -> Dict[str, float]:
         """GRPO update: this rank's shares of the round (one per mini-batch,
         balanced by the dock), ``epochs`` passes, one optimizer step per mini-batch."""
         start = time.perf_counter()
         plan = self.run_plan
+        stage = plan.stages[TRAIN.name]
         on_policy = not plan.computes_old_log_prob
-        columns = SEQ_COLUMNS + ["advantages"] + ([] if on_policy else ["old_log_prob"])
-        columns += ["ref_log_prob"] if plan.uses_reference else []
-        batches = [b for b, _ in self.iterate_stage("actor_train", columns)]
+        batches = self.read_rows(stage.inputs, shares)
         metrics = []
         for _ in range(plan.epochs):
             for batch in batches:
                 metrics.append(self._train_mini_batch(batch, kl_coef, on_policy))
         out = {k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]} if metrics else {}
-        out.update(self._timing("update", start, [n for b in batches for n in _lengths(b)], consumer="actor_train"))
+        out.update(self._timing(stage.name, start, [n for b in batches for n in _lengths(b)]))
         return out
 
     def _train_mini_batch(self, batch, kl_coef, skip_actor_log_prob) -> Dict[str, float]:
@@ -147,8 +158,8 @@ class IntegratedWorker(BaseWorker):
         def loss_fn(idx, log_probs, entropy):
             lp = pad_sequence(log_probs, batch_first=True)
             mask = pad_sequence([torch.ones_like(x) for x in log_probs], batch_first=True)
-            old = lp.detach() if skip_actor_log_prob else padded("old_log_prob", idx).to(lp.device)
-            ref = padded("ref_log_prob", idx).to(lp.device) if self.ref is not None else None
+            old = lp.detach() if skip_actor_log_prob else padded(OLD.outputs[0], idx).to(lp.device)
+            ref = padded(REF.outputs[0], idx).to(lp.device) if self.ref is not None else None
             ent = pad_sequence(entropy, batch_first=True) if entropy is not None else None
             return grpo_loss(lp, old, advantages[idx].to(lp.device), mask, clip_ratio=rl.clip_ratio,
                              ref_log_probs=ref, kl_coef=kl_coef, kl_kind=rl.kl_penalty, entropy=ent,
@@ -165,9 +176,8 @@ class IntegratedWorker(BaseWorker):
         temperature = self.generate_config.sampling_config["temperature"]
         return float(temperature) if temperature and temperature > 0 else 1.0
 
-    def _timing(self, stage: str, start: float, lengths: List[int] = (), consumer: str = None) -> Dict[str, float]:
-        """Stage time, tokens and workload (the balance objective) this rank
-        processed; the workload is keyed by the dock consumer of the stage."""
+    def _timing(self, stage: str, start: float, lengths: List[int] = ()) -> Dict[str, float]:
+        """Stage time, tokens and workload (the balance objective) this rank processed."""
         out = {f"timing/{stage}": time.perf_counter() - start, f"tokens/{stage}": float(sum(lengths)),
                "rank": float(self.rank), "dp_rank": float(self.parallel_state.dp_rank),
                "tp_rank": float(self.parallel_state.tp_rank)}
@@ -176,7 +186,7 @@ class IntegratedWorker(BaseWorker):
             load = float(spec.workload.cost(np.asarray(lengths, dtype=np.float64)).sum())
         else:
             load = float(sum(lengths))
-        out[f"load/{consumer or stage}"] = load
+        out[f"load/{stage}"] = load
         if self.device.type == "cuda":
             out[f"memory/{stage}_peak_gb"] = torch.cuda.max_memory_allocated(self.device) / 2 ** 30
         return out
@@ -188,10 +198,7 @@ class IntegratedWorker(BaseWorker):
         self.actor.save_sharded(os.path.join(folder, DCP_DIR), with_optimizer)
         if with_rng:
             os.makedirs(os.path.join(folder, "rng"), exist_ok=True)
-            state = {"cpu": torch.get_rng_state()}
-            if self.device.type == "cuda":
-                state["cuda"] = torch.cuda.get_rng_state(self.device)
-            torch.save(state, os.path.join(folder, "rng", f"rank{self.rank}.pt"))
+            torch.save(capture_rng(self.device), os.path.join(folder, "rng", f"rank{self.rank}.pt"))
         return folder
 
     def load_checkpoint(self, folder: str, iteration: int, with_optimizer: bool = True,
@@ -208,10 +215,7 @@ class IntegratedWorker(BaseWorker):
             if not os.path.isfile(path):
                 raise CheckpointError(f"checkpoint {folder!r} has no RNG state for rank {self.rank} ({path}); "
                                       f"set no_load_rng: true to start fresh random streams")
-            state = torch.load(path)
-            torch.set_rng_state(state["cpu"])
-            if "cuda" in state and self.device.type == "cuda":
-                torch.cuda.set_rng_state(state["cuda"], self.device)
+            restore_rng(torch.load(path, weights_only=False), self.device)
         return iteration
 
     def export_hf(self, path: str) -> str:

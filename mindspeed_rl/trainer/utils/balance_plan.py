@@ -63,14 +63,16 @@ class BalancePlanner:
     def next_share(self, consumer: str, usable: Tensor, needed: int, unit_lengths: UnitLengths,
                    metrics=None, unit: int = 1) -> Optional[Tensor]:
         """Units for one request of ``needed`` units, first come first served;
-        None when the pool is too small for an exact share."""
+        every share has exactly ``needed`` units while the pool holds that many
+        (the rest joins the next plan), else the whole (final, short) pool."""
         key, plan = self._plans.get(consumer, (None, None))
         if plan and key == (unit, needed):
             share = plan.popleft()
             if bool(torch.isin(share, usable).all()):
                 return share
         self.drop(consumer)
-        shares = self.make_plan(consumer, usable, needed, unit_lengths, metrics)
+        shares = self.make_plan(consumer, usable, needed, unit_lengths, metrics,
+                                exact=usable.numel() >= needed)
         if not shares:
             return None
         plan = deque(shares)
@@ -85,13 +87,15 @@ class BalancePlanner:
         return lengths.sum(axis=1).astype(np.float64)
 
     def make_plan(self, consumer: str, usable: Tensor, needed: int, unit_lengths: UnitLengths,
-                  metrics=None, balanced: bool = True) -> List[Tensor]:
-        """Split ``usable`` units into shares of at most ``needed`` units."""
+                  metrics=None, balanced: bool = True, exact: Optional[bool] = None) -> List[Tensor]:
+        """Split ``usable`` units into shares of at most ``needed`` units
+        (exactly ``needed`` with ``exact``; default: the planner's ``exact_shares``)."""
+        exact = self.exact_shares if exact is None else exact
         total = usable.numel()
-        if needed <= 0 or total == 0 or (self.exact_shares and total < needed):
+        if needed <= 0 or total == 0 or (exact and total < needed):
             return []
-        n_shares = total // needed if self.exact_shares else -(-total // needed)
-        pool = usable[: n_shares * needed] if self.exact_shares else usable
+        n_shares = total // needed if exact else -(-total // needed)
+        pool = usable[: n_shares * needed] if exact else usable
         costs = self.unit_costs(unit_lengths(pool))
         if n_shares == 1:
             parts = [np.arange(pool.numel())]

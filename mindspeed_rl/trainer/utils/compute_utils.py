@@ -1,5 +1,5 @@
 """Driver-side stages that run on the whole batch: rewards, advantages, data metrics."""
-from typing import Dict
+from typing import Dict, Sequence, Tuple
 
 import numpy as np
 import ray
@@ -30,41 +30,69 @@ class AdaptiveKLController:
         self.value = max(0.0, self.value * (1 + error * n_steps / self.horizon))
 
 
+def score_rows(reward_list: Sequence, responses, labels) -> Tuple[torch.Tensor, Dict[str, float]]:
+    """Scores of every row: each reward function's scores times its ``weight``
+    (attribute, default 1), summed; plus the functions' own metrics."""
+    if not reward_list:
+        raise ValueError("no reward function: give at least one (rl_config.verifier_function)")
+    total, metrics = None, {}
+    for reward_fn in reward_list:
+        scores = torch.as_tensor(reward_fn(responses, labels)).float().reshape(-1)
+        if scores.numel() != len(responses):
+            raise ValueError(f"reward {type(reward_fn).__name__} gave {scores.numel()} scores for "
+                             f"{len(responses)} responses")
+        weighted = scores * float(getattr(reward_fn, "weight", 1.0))
+        total = weighted if total is None else total + weighted
+        metrics.update(getattr(reward_fn, "last_metrics", {}) or {})
+    return total, metrics
+
+
+def data_metrics(batch) -> Dict[str, float]:
+    resp = np.array([int(x) for x in batch["response_length"]], dtype=np.float64)
+    prompt = np.array([int(x) for x in batch["prompt_length"]], dtype=np.float64)
+    return {"response_length/mean": resp.mean(), "response_length/max": resp.max(),
+            "response_length/min": resp.min(), "prompt_length/mean": prompt.mean()}
+
+
+def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estimator: str = "group_norm"
+                    ) -> Dict[str, float]:
+    """The driver stage of a round: one fetch of every row in order, scores
+    (weighted over ``reward_list``), group-normalised advantages and data
+    metrics, one put of ``stage.outputs`` (rm_scores, advantages)."""
+    if adv_estimator != "group_norm":
+        raise ValueError(f"adv_estimator '{adv_estimator}' is not supported; use 'group_norm'")
+    rows = list(range(stage.rows_per_share))
+    batch = ray.get(td.get_rows.remote(list(stage.inputs), rows))
+    scores, metrics = score_rows(reward_list, batch["responses"], batch["labels"])
+    advantages = compute_group_norm_advantages(scores, n_samples)
+    out = dict(zip(stage.outputs, (scores, advantages)))
+    ray.get(td.put_experience.remote(ColumnBatch({k: list(v.reshape(-1, 1)) for k, v in out.items()}), rows))
+    metrics.update({"reward/mean": float(scores.mean()), "reward/max": float(scores.max()),
+                    "reward/min": float(scores.min())})
+    metrics.update(data_metrics(batch))
+    return metrics
+
+
 def compute_rule_reward(td, reward_fn, total_rows: int) -> Dict[str, float]:
-    """Score every response with ``reward_fn(responses, labels)`` into ``rm_scores``."""
-    batch, index = ray.get(td.get_experience.remote("rule_reward", ["responses", "labels"], total_rows))
-    if batch is None:
-        raise RuntimeError("rule reward: responses or labels are missing for part of the batch")
-    scores = reward_fn(batch["responses"], batch["labels"])
-    ray.get(td.put_experience.remote(ColumnBatch({"rm_scores": [s.reshape(1) for s in scores.float()]}), index))
-    metrics = dict(getattr(reward_fn, "last_metrics", {}) or {})
+    """Upstream's reward stage alone: score every row with ``reward_fn(responses, labels)`` into ``rm_scores``."""
+    rows = list(range(total_rows))
+    batch = ray.get(td.get_rows.remote(["responses", "labels"], rows))
+    scores, metrics = score_rows([reward_fn], batch["responses"], batch["labels"])
+    ray.get(td.put_experience.remote(ColumnBatch({"rm_scores": list(scores.reshape(-1, 1))}), rows))
     metrics.update({"reward/mean": float(scores.mean()), "reward/max": float(scores.max()),
                     "reward/min": float(scores.min())})
     return metrics
 
 
 def compute_advantage(td, n_samples: int, total_rows: int, adv_estimator: str = "group_norm") -> None:
-    """Group-normalised advantages from ``rm_scores`` (whole GRPO groups)."""
+    """Upstream's advantage stage alone: group-normalised advantages from ``rm_scores``."""
     if adv_estimator != "group_norm":
         raise ValueError(f"adv_estimator '{adv_estimator}' is not supported; use 'group_norm'")
-    batch, index = ray.get(td.get_experience.remote("compute_advantage", ["rm_scores"], total_rows))
-    if batch is None:
-        raise RuntimeError("compute advantage: rm_scores are missing for part of the batch")
+    rows = list(range(total_rows))
+    batch = ray.get(td.get_rows.remote(["rm_scores"], rows))
     scores = torch.cat([s.reshape(1).float() for s in batch["rm_scores"]])
-    order = torch.as_tensor(index).argsort()  # rows back in group order
-    adv = torch.empty_like(scores)
-    adv[order] = compute_group_norm_advantages(scores[order], n_samples)
-    ray.get(td.put_experience.remote(ColumnBatch({"advantages": [a.reshape(1) for a in adv]}), index))
-
-
-def compute_grpo_data_metrics(td, total_rows: int) -> Dict[str, float]:
-    batch, _ = ray.get(td.get_experience.remote("grpo_metrics", ["prompt_length", "response_length"], total_rows))
-    if batch is None:
-        return {}
-    resp = np.array([int(x) for x in batch["response_length"]], dtype=np.float64)
-    prompt = np.array([int(x) for x in batch["prompt_length"]], dtype=np.float64)
-    return {"response_length/mean": resp.mean(), "response_length/max": resp.max(),
-            "response_length/min": resp.min(), "prompt_length/mean": prompt.mean()}
+    adv = compute_group_norm_advantages(scores, n_samples)
+    ray.get(td.put_experience.remote(ColumnBatch({"advantages": list(adv.reshape(-1, 1))}), rows))
 
 
 def get_last_reward(rm_scores: torch.Tensor, n_sample_batch: int) -> torch.Tensor:
@@ -72,3 +100,9 @@ def get_last_reward(rm_scores: torch.Tensor, n_sample_batch: int) -> torch.Tenso
     ``n_sample_batch`` consecutive rows, same shape out."""
     flat = compute_group_norm_advantages(rm_scores.reshape(-1), n_sample_batch, eps=1e-8)
     return flat.reshape(rm_scores.shape)
+
+
+def compute_grpo_data_metrics(td, total_rows: int) -> Dict[str, float]:
+    """Upstream's name: length metrics of the round's ``total_rows`` rows."""
+    batch = ray.get(td.get_rows.remote(["prompt_length", "response_length"], list(range(total_rows))))
+    return data_metrics(batch)

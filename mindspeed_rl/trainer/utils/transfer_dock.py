@@ -2,10 +2,14 @@
 
 Rows are samples (``prompts_num * n_samples_per_prompt`` of them, a GRPO
 group's n samples in consecutive rows); columns are experience fields.
-Producers put rows; each consumer takes rows it has not consumed yet. With
-``use_batch_seqlen_balance`` the first request of a round partitions the whole
-ready pool into equal-workload shares (see ``balance_plan``) and later requests
-are served the remaining shares.
+
+The driver runs the stages of the run plan in order. For a DP stage it asks
+the dock for the round's plan once (``plan_stage``: balanced shares, share s
+to DP rank s % dp) and sends each rank its row ids; a rank reads its rows in
+one call (``get_rows``) and writes its results in one call
+(``put_experience``). Nothing polls. Upstream's pull API
+(``get_experience(..., use_batch_seqlen_balance)``, consumer status) is kept
+in ``transfer_dock_compat``.
 """
 import threading
 import time
@@ -16,19 +20,11 @@ import torch
 from torch import Tensor
 
 from mindspeed_rl.trainer.utils.balance_plan import BalancePlanner
+from mindspeed_rl.trainer.utils.transfer_dock_compat import DEFAULT_COLUMNS, DEFAULT_CONSUMERS, UpstreamPullMixin
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, Packed, narrow, pack
 from mindspeed_rl.trainer.utils.experience_packing import LENGTH_COLUMNS, trans_input_to_experience
 from mindspeed_rl.utils.metrics import Metric
 
-DEFAULT_COLUMNS = [
-    "prompts", "prompt_length", "responses", "response_length", "attention_mask", "labels",
-    "input_ids", "input_ids_length", "actor_rollout", "rm_scores", "token_level_rewards",
-    "old_log_prob", "ref_log_prob", "advantages", "returns",
-]
-DEFAULT_CONSUMERS = [
-    "trainer", "actor_rollout", "actor_log_prob", "ref_log_prob", "actor_train",
-    "compute_advantage", "rule_reward", "reward_scores", "grpo_metrics",
-]
 
 
 class TransferDock:
@@ -169,12 +165,11 @@ class TransferDock:
         return self.max_len
 
 
-class GRPOTransferDock(TransferDock):
-    """The GRPO dock: consumers, random or workload-balanced sampling, metrics.
+class GRPOTransferDock(UpstreamPullMixin, TransferDock):
+    """The GRPO dock: round plans bound to DP ranks, columnar rows, metrics.
 
-    Used as a Ray actor: ``GRPOTransferDock.remote(prompts_num, n_samples, ...)``
-    (many concurrent callers); ``GRPOTransferDock.__ray_actor_class__`` is the
-    plain class for in-process use.
+    Used as a Ray actor: ``GRPOTransferDock.remote(prompts_num, n_samples, ...)``;
+    ``GRPOTransferDock.__ray_actor_class__`` is the plain class for in-process use.
     """
 
     def __init__(self, prompts_num: int, n_samples_per_prompt: int, metrics=None,
@@ -182,9 +177,9 @@ class GRPOTransferDock(TransferDock):
                  timeout: Optional[float] = None, timeout_interval: Optional[float] = None,
                  balance_objective: str = "tokens", workload_model=None, balance_method: str = "auto",
                  seed: int = 1234, run_plan=None) -> None:
-        """``run_plan`` (config_cls.RunPlan) binds each stage's shares to DP
-        ranks (``get_rank_share``) and sets the balance spec, seed and data
-        timeout; the keyword settings are for use without a plan."""
+        """``run_plan`` (config_cls.RunPlan) gives the stages (``plan_stage``),
+        the balance spec, seed and data timeout; the keyword settings are for
+        use without a plan (upstream's pull API)."""
         if run_plan is not None:
             spec = run_plan.balance
             if spec is not None:
@@ -195,13 +190,7 @@ class GRPOTransferDock(TransferDock):
         self.experience_consumers = list(DEFAULT_CONSUMERS) + [
             c for c in addition_consumers or [] if c not in DEFAULT_CONSUMERS]
         super().__init__(prompts_num, n_samples_per_prompt, columns, timeout, timeout_interval)
-        # consumers that can be balanced, and the columns that give their workload
-        self.batch_seqlen_balance_mapper = {
-            c: ["prompt_length", "response_length"]
-            for c in ("ref_log_prob", "actor_log_prob", "reward_scores", "actor_train")
-        }
         self.metrics = metrics if metrics is not None else Metric()
-        self.consumer_sampling_lock = {c: threading.Lock() for c in self.experience_consumers}
         self.planner = BalancePlanner(objective=balance_objective, workload_model=workload_model,
                                       method=balance_method, seed=seed)
         self.seed = seed
@@ -209,18 +198,11 @@ class GRPOTransferDock(TransferDock):
         self._reset_consumers()
 
     def _reset_consumers(self):
-        """Start a round: consumer progress, plans and rank shares forgotten;
-        random draws of the round are seeded by (seed, round)."""
-        self.experience_consumer_status = {c: torch.zeros(self.max_len, dtype=torch.int32)
-                                           for c in self.experience_consumers}
+        """Start a round: plans forgotten, random draws seeded by (seed, round)."""
         self.planner.reset(self.round)
         self._generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.round)
-        self._rank_shares: Dict[str, List[Tensor]] = {}
-        self._rank_served: Dict[str, List[int]] = {}
-
-    def _check_consumer(self, consumer: str, action: str):
-        if consumer not in self.experience_consumers:
-            raise ValueError(f"{action}: unknown consumer '{consumer}'; the dock has {self.experience_consumers}")
+        self._stage_plans: Dict[str, List[List[List[int]]]] = {}
+        self._reset_pull_state()
 
     # ------------------------------------------------------------ metrics
 
@@ -234,12 +216,16 @@ class GRPOTransferDock(TransferDock):
         """Per-share loads of every balance plan since the last call."""
         return self.planner.pop_history()
 
+    def round_summary(self) -> dict:
+        """The round's dock metrics and its balance plans, in one call."""
+        return {"metrics": self.metrics.compute(), "balance": self.planner.pop_history()}
+
     # ------------------------------------------------------------ put
 
     def put_experience(self, data_dict: Dict[str, Union[Tensor, List[Tensor]]], indexes: List[int] = None):
         """Write ``data_dict`` (column -> rows) at ``indexes``; a ColumnBatch that
         came through Ray is written straight from its per-column buffers."""
-        if not indexes:
+        if indexes is None or len(indexes) == 0:
             raise ValueError("put experience: indexes must be provided")
         packed = getattr(data_dict, "_packed", None)
         if packed is not None:
@@ -271,136 +257,71 @@ class GRPOTransferDock(TransferDock):
                 data[key] = [v for v in values for _ in range(n)]
         self.put_experience(data, indexes=list(range(len(prompts) * n)))
 
-    # ------------------------------------------------------------ get
+    def start_round(self, batch: Dict[str, Union[Tensor, List[Tensor]]],
+                    dataset_additional_keys: Optional[List[str]] = None):
+        """Next round: forget the last one and put its prompts (one call)."""
+        self.clear()
+        self.put_prompts_experience(batch, dataset_additional_keys)
 
-    def get_experience(self, consumer: str, experience_columns: List[str], experience_count: int = None,
-                       indexes: List[int] = None, get_n_samples: bool = True,
-                       use_batch_seqlen_balance: bool = False):
-        """Rows for ``consumer``: ``(batch_dict, indexes)`` or ``(None, None)``
-        when not enough rows are ready yet.
+    # ------------------------------------------------------------ driver-pushed path
 
-        ``indexes`` fetches those rows (waiting for them up to ``timeout``);
-        otherwise ``experience_count`` unconsumed ready rows are chosen, whole
-        GRPO groups when ``get_n_samples``, balanced by workload when
-        ``use_batch_seqlen_balance`` and the consumer supports it, else at random.
-        """
-        self._check_consumer(consumer, "get experience")
-        self._check_columns(experience_columns, f"get experience for '{consumer}'")
-        if indexes is not None:
-            rows = self._check_indexes(indexes, f"get experience for '{consumer}'")
-            self._wait_for_data(experience_columns, rows, consumer)  # a timeout leaves state as it was
-            with self.consumer_sampling_lock[consumer]:
-                self.experience_consumer_status[consumer][rows] = 1
-                self.planner.drop(consumer)
-        else:
-            self._check_count(consumer, experience_count, get_n_samples)
-            balance = use_batch_seqlen_balance and consumer in self.batch_seqlen_balance_mapper
-            with self.consumer_sampling_lock[consumer]:
-                rows = self._sample(consumer, experience_columns, experience_count, get_n_samples, balance)
-            if rows is None:
-                return None, None
-        return self._get_batch(experience_columns, rows, consumer), rows.tolist()
-
-    def get_rank_share(self, consumer: str, experience_columns: List[str], dp_rank: int):
-        """The next share of ``consumer`` for DP rank ``dp_rank``, from the run
-        plan: ``(batch, indexes, False)``; ``(None, None, False)`` while the
-        round's rows are not all ready; ``(None, None, True)`` once the rank
-        has taken all its shares. Share s of the round's plan belongs to rank
-        s % dp, so which rank gets which rows never depends on timing."""
+    def _stage_plan(self, name: str):
         if self.run_plan is None:
-            raise ValueError("get_rank_share: this dock was built without a run_plan")
-        self._check_consumer(consumer, "get_rank_share")
-        if consumer not in self.run_plan.stages:
-            raise ValueError(f"get_rank_share: the run plan has no stage '{consumer}'; "
-                             f"it has {list(self.run_plan.stages)}")
-        self._check_columns(experience_columns, f"get_rank_share for '{consumer}'")
-        stage, dp = self.run_plan.stages[consumer], self.run_plan.layout.dp
-        if isinstance(dp_rank, bool) or not isinstance(dp_rank, int) or not 0 <= dp_rank < dp:
-            raise ValueError(f"get_rank_share for '{consumer}': dp_rank must be an int in [0, {dp}), got {dp_rank!r}")
-        with self.consumer_sampling_lock[consumer]:
-            served = self._rank_served.setdefault(consumer, [0] * dp)
-            if served[dp_rank] >= stage.shares_per_rank:
-                return None, None, True
-            shares = self._rank_shares.get(consumer) or self._plan_round(consumer, experience_columns, stage)
-            if shares is None:
-                return None, None, False
-            units = shares[served[dp_rank] * dp + dp_rank]
-            rows = (units[:, None] * stage.unit + torch.arange(stage.unit)).reshape(-1)
-            if bool((self.experience_consumer_status[consumer][rows] != 0).any()):
-                raise RuntimeError(f"get_rank_share for '{consumer}': rows of rank {dp_rank}'s share were "
-                                   f"taken outside the round's plan")
-            self.experience_consumer_status[consumer][rows] = 1
-            served[dp_rank] += 1
-        return self._get_batch(experience_columns, rows, consumer), rows.tolist(), False
+            raise ValueError(f"plan_stage('{name}'): this dock was built without a run_plan")
+        if name not in self.run_plan.stages or not self.run_plan.stages[name].is_dp:
+            raise ValueError(f"plan_stage: the run plan has no DP stage '{name}'; it has "
+                             f"{[s.name for s in self.run_plan.dp_stages]}")
+        return self.run_plan.stages[name]
 
-    def _plan_round(self, consumer, columns, stage) -> Optional[List[Tensor]]:
-        """Split the whole round into the stage's shares once all its rows are ready."""
-        cost_columns = self.batch_seqlen_balance_mapper.get(consumer, ["prompt_length"])
-        wanted = list(dict.fromkeys(list(columns) + cost_columns))
-        if not all(bool((self.experience_data_status[c] == 1).all()) for c in wanted):
-            return None
+    def _require(self, columns: Sequence[str], rows: Tensor, who: str):
+        """Every cell must be there: the driver runs stages in order, so a gap is a bug, not a wait."""
+        missing = self._missing(columns, rows)
+        if missing:
+            detail = "; ".join(f"'{c}' rows {r[:16]}{' ...' if len(r) > 16 else ''}" for c, r in missing.items())
+            raise RuntimeError(f"transfer dock: {who} needs data that was never put: {detail}")
+
+    def plan_stage(self, name: str) -> List[List[List[int]]]:
+        """The round's plan of DP stage ``name``: for each DP rank, its shares
+        (row lists, in the order the rank runs them). Share s goes to rank
+        s % dp. Planned once per round; later calls return the same plan."""
+        if name in self._stage_plans:
+            return self._stage_plans[name]
+        stage = self._stage_plan(name)
+        dp = self.run_plan.layout.dp
+        all_rows = torch.arange(self.max_len)
+        self._require(list(dict.fromkeys(stage.inputs + stage.cost_columns)), all_rows, f"stage '{name}'")
         units = torch.arange(self.max_len // stage.unit)
-        shares = self.planner.make_plan(consumer, units, stage.rows_per_share // stage.unit,
-                                        self._unit_lengths(consumer, stage.unit), self.metrics,
+        shares = self.planner.make_plan(name, units, stage.rows_per_share // stage.unit,
+                                        self._unit_lengths(stage.cost_columns, stage.unit), self.metrics,
                                         balanced=stage.balanced)
-        expected = self.run_plan.layout.dp * stage.shares_per_rank
-        if len(shares) != expected:
-            raise RuntimeError(f"get_rank_share for '{consumer}': the plan has {len(shares)} shares, "
-                               f"the run plan expects {expected}")
-        self._rank_shares[consumer] = shares
+        if len(shares) != dp * stage.shares_per_rank:
+            raise RuntimeError(f"plan_stage('{name}'): the plan has {len(shares)} shares, the run plan "
+                               f"expects {dp * stage.shares_per_rank}")
         if self.planner.history:  # for reports: which DP rank each share goes to
-            self.planner.history[-1]["ranks"] = [s % self.run_plan.layout.dp for s in range(len(shares))]
-        return shares
+            self.planner.history[-1]["ranks"] = [s % dp for s in range(len(shares))]
+        rows = [(u[:, None] * stage.unit + torch.arange(stage.unit)).reshape(-1).tolist() for u in shares]
+        plan = [[rows[k * dp + r] for k in range(stage.shares_per_rank)] for r in range(dp)]
+        self._stage_plans[name] = plan
+        return plan
 
-    def _check_count(self, consumer, count, get_n_samples):
-        if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
-            raise ValueError(f"get experience for '{consumer}': experience_count must be a positive int, got {count!r}")
-        if count > self.max_len:
-            raise ValueError(f"get experience for '{consumer}': experience_count {count} exceeds "
-                             f"the dock's {self.max_len} rows")
-        if get_n_samples and count % self.n_samples_per_prompt:
-            raise ValueError(f"get experience for '{consumer}': experience_count {count} must be a multiple "
-                             f"of n_samples_per_prompt {self.n_samples_per_prompt} when get_n_samples is set")
+    def get_rows(self, experience_columns: List[str], indexes: List[int]) -> ColumnBatch:
+        """``indexes``' rows of ``experience_columns`` in the order given (one
+        buffer per column through Ray); every cell must have been put."""
+        self._check_columns(experience_columns, "get rows")
+        rows = self._check_indexes(indexes, "get rows")
+        self._require(experience_columns, rows, f"get rows {list(experience_columns)}")
+        with self._data_lock:
+            return ColumnBatch({c: self.experience_data[c].rows(rows) for c in experience_columns})
 
-    def _sample(self, consumer, columns, count, get_n_samples, balance) -> Optional[Tensor]:
-        """Choose rows and mark them consumed (caller holds the consumer lock)."""
-        unit = self.n_samples_per_prompt if get_n_samples else 1
-        needed = count // unit
-        wanted = list(dict.fromkeys(list(columns) + (self.batch_seqlen_balance_mapper[consumer] if balance else [])))
-        ready = torch.stack([self.experience_data_status[c] == 1 for c in wanted]).all(dim=0)
-        fresh = self.experience_consumer_status[consumer] == 0
-        ready_u = ready.view(-1, unit).all(dim=1)
-        fresh_u = fresh.view(-1, unit).all(dim=1)
-        usable = (ready_u & fresh_u).nonzero(as_tuple=True)[0]
-        remaining = int(fresh_u.sum())
-        # a short final batch is served once every remaining unit is ready
-        if usable.numel() < needed and not (0 < usable.numel() == remaining):
-            return None
-        if balance:
-            # every other way of taking this consumer's rows drops its plan, so shares stay unconsumed
-            units = self.planner.next_share(consumer, usable, needed, self._unit_lengths(consumer, unit),
-                                            self.metrics, unit=unit)
-        else:
-            self.planner.drop(consumer)  # rows taken outside the plan make it stale
-            units = usable[torch.randperm(usable.numel(), generator=self._generator)[:needed]]
-        rows = (units[:, None] * unit + torch.arange(unit)).reshape(-1)
-        self.experience_consumer_status[consumer][rows] = 1
-        return rows
-
-    def _unit_lengths(self, consumer: str, unit: int):
-        """unit ids -> their rows' token counts (units x rows), from the consumer's cost columns."""
-        columns = self.batch_seqlen_balance_mapper.get(consumer, ["prompt_length"])
+    def _unit_lengths(self, columns: Sequence[str], unit: int):
+        """unit ids -> their rows' token counts (units x rows), summed over ``columns``."""
 
         def lengths(units: Tensor) -> Tensor:
             total = sum(self.experience_lengths[c] for c in columns)
             return total.view(-1, unit)[units]
         return lengths
 
-    # ------------------------------------------------------------ status
-
-    def all_consumed(self, consumer: str) -> bool:
-        self._check_consumer(consumer, "all_consumed")
-        return bool(self.experience_consumer_status[consumer].sum() == self.max_len)
+    # ------------------------------------------------------------ rounds
 
     def set_round(self, round_index: int):
         """Continue the round count (a resumed run): the next ``clear`` starts round ``round_index + 1``."""
@@ -408,14 +329,11 @@ class GRPOTransferDock(TransferDock):
         self._reset_consumers()
 
     def clear(self):
-        """Forget all rows, consumer progress, plans and metrics (next round)."""
+        """Forget all rows, plans and metrics (next round)."""
         self.round += 1
         self._reset_consumers()
         self.metrics.reset()
         self._clear_experience_data_and_status()
-
-    def get_consumer_status(self):
-        return self.experience_consumer_status
 
 
 GRPOTransferDock = ray.remote(max_concurrency=100)(GRPOTransferDock)

@@ -6,6 +6,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from mindspeed_rl.workers.base_worker import BaseWorker
+from mindspeed_rl.workers.parallel_state import ParallelState
 
 
 def _accelerator() -> Optional[str]:
@@ -91,25 +92,29 @@ class RayActorGroup:
     def execute_sync_command(self, method_name: str, *args, **kwargs) -> List[Any]:
         return self._wait([getattr(a, method_name).remote(*args, **kwargs) for a in self.actors], method_name)
 
-    # ------------------------------------------------------------ upstream-named stages
+    def execute_per_rank(self, method_name: str, args_per_rank: List[tuple], **kwargs) -> List[Any]:
+        """``method_name`` on every rank, rank k with ``args_per_rank[k]``."""
+        if len(args_per_rank) != len(self.actors):
+            raise ValueError(f"'{method_name}': {len(args_per_rank)} argument sets for {len(self.actors)} ranks")
+        return self._wait([getattr(a, method_name).remote(*args, **kwargs)
+                           for a, args in zip(self.actors, args_per_rank)], method_name)
+
+    # ------------------------------------------------------------ stages
+
+    def run_stage(self, name: str, shares_per_dp_rank: List[List[List[int]]], **context) -> List[Dict[str, float]]:
+        """Stage ``name`` of the run plan: every rank gets its DP rank's shares
+        (TP peers the same ones) and ``context`` (iteration, kl_coef)."""
+        layout = self.run_plan.layout
+        if len(shares_per_dp_rank) != layout.dp:
+            raise ValueError(f"stage '{name}': shares for {len(shares_per_dp_rank)} DP ranks, layout has {layout.dp}")
+        return self.execute_per_rank("run_stage", [(name, shares_per_dp_rank[ParallelState.from_layout(rank, layout).dp_rank])
+                                                   for rank in range(self.world_size)], **context)
 
     def sync_init_transfer_dock(self, transfer_dock, mm_transfer_dock=None):
         self.execute_sync_command("init_transfer_dock", transfer_dock)
 
     def initialize(self, *args):
         return self.execute_sync_command("initialize", *args)
-
-    def generate_sequences(self, iteration: int = 0):
-        return self.execute_sync_command("generate_sequences", iteration)
-
-    def compute_ref_log_prob(self):
-        return self.execute_sync_command("compute_ref_log_prob")
-
-    def compute_log_prob(self):
-        return self.execute_sync_command("compute_log_prob")
-
-    def update(self, kl_coef: float):
-        return self.execute_sync_command("update", kl_coef)
 
     def save_checkpoint(self, folder: str, with_optimizer: bool = True, with_rng: bool = True):
         return self.execute_sync_command("save_checkpoint", folder, with_optimizer, with_rng)[0]

@@ -1,10 +1,11 @@
-"""The dock serves each stage's shares by DP rank, from the run plan."""
+"""The dock plans each DP stage's round once; share s goes to DP rank s % dp."""
 import numpy as np
 import pytest
 import torch
 
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
+from mindspeed_rl.config_cls.stages import TRAIN
 from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
 from mindspeed_rl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 
@@ -13,15 +14,14 @@ COLS = ["prompts", "responses", "prompt_length", "response_length"]
 
 
 def _plan(dp=4, rows_per_share=8, shares_per_rank=2, balanced=True, prompts=16, n=4):
-    stage = StagePlan("actor_train", rows_per_share, shares_per_rank, balanced)
+    stage = StagePlan(TRAIN.name, rows_per_share, shares_per_rank, balanced, stage=TRAIN, inputs=tuple(COLS))
     return RunPlan(Layout(dp, dp, 1), prompts_per_round=prompts, n_samples=n, mini_batch_rows=rows_per_share * dp,
-                   epochs=1, train_iters=1, stages={"actor_train": stage}, seed=7)
+                   epochs=1, train_iters=1, stages={TRAIN.name: stage}, seed=7)
 
 
 def _fill(dock, seed=0):
     rng = np.random.default_rng(seed)
-    prompts = dock.prompts_num
-    plen = rng.integers(2, 30, prompts)
+    plen = rng.integers(2, 30, dock.prompts_num)
     dock.put_prompts_experience({"prompts": [torch.ones(int(p), dtype=torch.long) for p in plen]})
     resp = np.maximum(1, rng.lognormal(4, 1.0, dock.max_len)).astype(int)
     rows = list(range(dock.max_len))
@@ -30,54 +30,49 @@ def _fill(dock, seed=0):
     return np.repeat(plen, dock.n_samples_per_prompt) + resp
 
 
-def _take_all(dock, order):
-    got = {r: [] for r in set(order)}
-    for rank in order:
-        batch, rows, done = dock.get_rank_share("actor_train", COLS, rank)
-        assert not done and len(batch["responses"]) == len(rows)
-        got[rank].append(rows)
-    return got
-
-
-def test_share_s_goes_to_rank_s_mod_dp_whatever_the_request_order():
-    plan = _plan()
-    a, b = Dock(16, 4, run_plan=plan), Dock(16, 4, run_plan=plan)
-    lengths = _fill(a)
-    _fill(b)
-    first = _take_all(a, [0, 1, 2, 3, 0, 1, 2, 3])
-    second = _take_all(b, [3, 3, 1, 0, 2, 1, 0, 2])
-    assert first == second  # timing does not decide who gets what
+def test_plan_binds_share_s_to_rank_s_mod_dp_and_is_the_balanced_partition():
+    dock = Dock(16, 4, run_plan=_plan())
+    lengths = _fill(dock)
+    plan = dock.plan_stage(TRAIN.name)
+    assert len(plan) == 4 and all(len(shares) == 2 for shares in plan)
+    assert dock.plan_stage(TRAIN.name) is plan  # planned once per round
     shares = get_seqlen_balanced_partitions(lengths.astype(float), 8, equal_size=True)
-    loads = sorted(lengths[s].sum() for s in shares)
-    served = sorted(lengths[rows].sum() for rank in first for rows in first[rank])
-    assert served == loads  # the plan is the offline balanced partition
-    assert sorted(r for rank in first for rows in first[rank] for r in rows) == list(range(64))
-    assert dock_done(a, 0) and dock_done(a, 3)
+    assert sorted(lengths[s].sum() for s in shares) == sorted(lengths[r].sum() for p in plan for r in p)
+    assert sorted(r for p in plan for rows in p for r in rows) == list(range(64))  # every row exactly once
+    history = dock.round_summary()["balance"]
+    assert history[-1]["ranks"] == [s % 4 for s in range(8)]
+    loads = np.array(history[-1]["loads"])
+    served = [lengths[plan[s % 4][s // 4]].sum() for s in range(8)]
+    assert np.allclose(loads, served)  # the recorded load of share s is what rank s % dp was sent
 
 
-def dock_done(dock, rank):
-    return dock.get_rank_share("actor_train", COLS, rank) == (None, None, True)
+def test_get_rows_returns_the_rows_in_the_order_asked():
+    dock = Dock(16, 4, run_plan=_plan())
+    lengths = _fill(dock)
+    rows = [9, 2, 63, 0]
+    batch = dock.get_rows(COLS, rows)
+    got = [int(p) + int(r) for p, r in zip(batch["prompt_length"], batch["response_length"])]
+    assert got == [int(lengths[r]) for r in rows]
+    assert [int(r.numel()) for r in batch["responses"]] == [int(batch["response_length"][i]) for i in range(4)]
 
 
-def test_waits_until_the_whole_round_is_ready():
+def test_missing_data_is_an_error_naming_column_and_rows_not_a_wait():
     dock = Dock(16, 4, run_plan=_plan())
     dock.put_prompts_experience({"prompts": [torch.ones(3, dtype=torch.long)] * 16})
-    assert dock.get_rank_share("actor_train", COLS, 0) == (None, None, False)
-    _fill(dock)
-    assert dock.get_rank_share("actor_train", COLS, 0)[0] is not None
+    with pytest.raises(RuntimeError, match=r"stage 'actor_train' needs data that was never put: 'responses' rows"):
+        dock.plan_stage(TRAIN.name)
+    with pytest.raises(RuntimeError, match="'response_length' rows \\[5\\]"):
+        dock.get_rows(["response_length"], [5])
+    assert TRAIN.name not in dock._stage_plans  # nothing half-planned
 
 
-def test_bad_rank_or_stage_is_an_error_and_consumes_nothing():
+def test_unknown_stage_or_no_run_plan_is_an_error():
     dock = Dock(16, 4, run_plan=_plan())
     _fill(dock)
-    for rank in (-1, 4, 1.0, True):
-        with pytest.raises(ValueError, match="dp_rank"):
-            dock.get_rank_share("actor_train", COLS, rank)
-    with pytest.raises(ValueError, match="no stage 'ref_log_prob'"):
-        dock.get_rank_share("ref_log_prob", COLS, 0)
-    assert int(dock.experience_consumer_status["actor_train"].sum()) == 0
+    with pytest.raises(ValueError, match="no DP stage 'ref_log_prob'"):
+        dock.plan_stage("ref_log_prob")
     with pytest.raises(ValueError, match="run_plan"):
-        Dock(16, 4).get_rank_share("actor_train", COLS, 0)
+        Dock(16, 4).plan_stage(TRAIN.name)
 
 
 def test_random_split_when_unbalanced_is_seeded_per_round_and_logged():
@@ -87,13 +82,13 @@ def test_random_split_when_unbalanced_is_seeded_per_round_and_logged():
     for _ in range(2):
         dock.clear()
         _fill(dock)
-        rounds.append(_take_all(dock, [0, 1, 2, 3] * 2))
+        rounds.append(dock.plan_stage(TRAIN.name))
         metrics = dock.get_metrics().compute()
         assert metrics["dp_balance/actor_train/imbalance"] > 0
     again = Dock(16, 4, run_plan=plan)
     again.clear()
     _fill(again)
-    assert _take_all(again, [3, 2, 1, 0] * 2) == rounds[0]  # same seed, same round: same split
+    assert again.plan_stage(TRAIN.name) == rounds[0]  # same seed, same round: same split
     assert rounds[0] != rounds[1]  # a new round draws a new split
 
 
@@ -102,8 +97,11 @@ def test_tiny_config_plan_drives_the_dock():
                                      ["megatron_training.model_path=/unused"])).plan
     dock = Dock(plan.prompts_per_round, plan.n_samples, run_plan=plan)
     _fill(dock)
-    stage = plan.stages["actor_train"]
-    sizes = [len(dock.get_rank_share("actor_train", COLS, r)[1])
-             for _ in range(stage.shares_per_rank) for r in range(plan.layout.dp)]
-    assert sizes == [stage.rows_per_share] * (stage.shares_per_rank * plan.layout.dp)
-    assert all(dock_done(dock, r) for r in range(plan.layout.dp))
+    rows = list(range(dock.max_len))
+    dock.put_experience({c: [torch.zeros(1)] * len(rows) for c in ("advantages", "old_log_prob", "ref_log_prob")},
+                        rows)
+    for stage in plan.dp_stages:
+        shares = dock.plan_stage(stage.name)
+        sizes = [len(rows) for per_rank in shares for rows in per_rank]
+        assert len(shares) == plan.layout.dp
+        assert sizes == [stage.rows_per_share] * (stage.shares_per_rank * plan.layout.dp), stage.name

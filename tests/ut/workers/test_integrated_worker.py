@@ -13,6 +13,7 @@ import torch
 
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.config_cls.stages import OLD, ROLLOUT, TRAIN
 from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
 from mindspeed_rl.models.lr_schedule import lr_at
 from mindspeed_rl.trainer.utils.compute_utils import compute_advantage, compute_rule_reward
@@ -104,13 +105,12 @@ def test_each_rank_processes_exactly_its_plan_shares(local):
     cfgs, dock, (w0, w1) = _setup()
     plan = cfgs.plan
     _fill(dock, plan)
-    # rank 1 asks first: shares still go by rank, not by arrival
-    r1 = w1.compute_log_prob()
-    r0 = w0.compute_log_prob()
-    shares = dock._rank_shares["actor_log_prob"]
+    shares = dock.plan_stage(OLD.name)
+    r1 = w1.run_stage(OLD.name, shares[1])
+    r0 = w0.run_stage(OLD.name, shares[0])
     lengths = (dock.experience_lengths["prompt_length"] + dock.experience_lengths["response_length"]).numpy()
     for worker, result, rank in ((w0, r0, 0), (w1, r1, 1)):
-        mine = torch.cat(shares[rank::plan.layout.dp])
+        mine = torch.tensor([r for share in shares[rank] for r in share])
         assert result["load/actor_log_prob"] == lengths[mine.numpy()].sum()
         seen = [p for call in _seen_rows(dock, worker, "log_probs") for p in call]
         expected = [dock.experience_data["prompts"][int(r)] for r in mine]
@@ -121,11 +121,12 @@ def test_each_rank_processes_exactly_its_plan_shares(local):
 def test_log_probs_use_the_sampling_temperature(local):
     cfgs, dock, (w0, w1) = _setup("generate_config.sampling_config.temperature=0.5")
     _fill(dock, cfgs.plan)
-    w0.compute_log_prob()
-    w0.update(kl_coef=0.0)
+    shares = dock.plan_stage(OLD.name)[0]
+    w0.run_stage(OLD.name, shares)
+    w0.run_stage(TRAIN.name, dock.plan_stage(TRAIN.name)[0], kl_coef=0.0)
     temps = [call[2] for call in w0.actor.calls if call[0] in ("log_probs", "train_step")]
     assert temps and all(t == 0.5 for t in temps)
-    rows = [i for i, s in enumerate(dock.experience_consumer_status["actor_log_prob"]) if s]
+    rows = [r for share in shares for r in share]
     assert all(float(dock.experience_data["old_log_prob"][r][0]) == -2.0 for r in rows)  # -1 / 0.5
 
 
@@ -134,7 +135,7 @@ def test_kl_coefficient_reaches_the_loss(local):
     for coef in (0.0, 0.5):
         cfgs, dock, (w0, _) = _setup()
         _fill(dock, cfgs.plan)
-        w0.update(kl_coef=coef)
+        w0.run_stage(TRAIN.name, dock.plan_stage(TRAIN.name)[0], kl_coef=coef)
         losses.append(sum(call[3] for call in w0.actor.calls if call[0] == "train_step"))
     # policy -0.5 vs reference -2.0 on every token: the KL term is strictly positive
     assert losses[1] > losses[0] + 1e-3
@@ -144,7 +145,7 @@ def test_epochs_repeat_the_rank_mini_batches(local):
     for epochs in (1, 3):
         cfgs, dock, (w0, _) = _setup(f"rl_config.epochs={epochs}")
         _fill(dock, cfgs.plan)
-        w0.update(kl_coef=0.0)
+        w0.run_stage(TRAIN.name, dock.plan_stage(TRAIN.name)[0], kl_coef=0.0)
         steps = [c for c in w0.actor.calls if c[0] == "train_step"]
         assert len(steps) == cfgs.plan.mini_batches * epochs
         # every epoch trains on the same shares, in the same order
@@ -169,8 +170,9 @@ def test_rollout_uses_sampling_settings(local):
                                   "generate_config.sampling_config.top_p=0.9")
     plan = cfgs.plan
     dock.put_prompts_experience({"prompts": [torch.tensor([1, 2, i]) for i in range(plan.prompts_per_round)]})
-    w0.generate_sequences()
-    w1.generate_sequences()
+    shares = dock.plan_stage(ROLLOUT.name)
+    w0.run_stage(ROLLOUT.name, shares[0], iteration=1)
+    w1.run_stage(ROLLOUT.name, shares[1], iteration=1)
     kwargs = [c[1] for w in (w0, w1) for c in w.actor.calls if c[0] == "generate"]
     assert all(k["min_p"] == 0.05 and k["top_p"] == 0.9 and k["temperature"] == 1.0 for k in kwargs)
     assert bool((dock.experience_data_status["responses"] == 1).all())
@@ -215,3 +217,59 @@ def test_checkpoint_restores_rng_and_lr_step(local, tmp_path, monkeypatch):
     assert saved["step"] == 3 * cfgs.plan.steps_per_iteration and saved["opt"] is False
     with pytest.raises(ValueError, match="no RNG state for rank 1"):  # only rank 0 saved here
         w1.load_checkpoint(str(tmp_path), iteration=3)
+
+
+def test_rollout_seeds_never_collide_across_iterations_and_rows():
+    # a round of 512 prompts x 16 samples, several iterations: every (iteration, row) gets its own stream
+    seeds = {iw.rollout_seed(1234, it, row) for it in range(4) for row in range(0, 8192, 1)}
+    assert len(seeds) == 4 * 8192
+    assert all(0 <= s < 2 ** 63 for s in seeds)
+    assert iw.rollout_seed(1234, 1, 0) != iw.rollout_seed(1235, 1, 0)
+
+
+def test_rollout_seed_follows_the_first_row_of_each_share(local):
+    cfgs, dock, (w0, w1) = _setup()
+    plan = cfgs.plan
+    dock.put_prompts_experience({"prompts": [torch.tensor([1, 2, i]) for i in range(plan.prompts_per_round)]})
+    shares = dock.plan_stage(ROLLOUT.name)
+    w0.run_stage(ROLLOUT.name, shares[0], iteration=3)
+    seeds = [c[1]["seed"] for c in w0.actor.calls if c[0] == "generate"]
+    assert seeds == [iw.rollout_seed(cfgs.rl_config.seed, 3, share[0]) for share in shares[0]]
+
+
+def test_megatron_seed_seeds_each_rank_global_streams(local):
+    draws = []
+    for seed in (5, 6):
+        _, _, (w0, w1) = _setup(f"megatron_training.seed={seed}")
+        w1.initialize("/unused", eos_id=13, pad_id=14)
+        draws.append(torch.rand(3))
+        torch.manual_seed(seed + 1)
+        assert torch.equal(draws[-1], torch.rand(3))  # rank 1's stream starts at seed + rank
+    assert not torch.equal(draws[0], draws[1])
+
+
+def test_run_stage_checks_the_share_count(local):
+    cfgs, dock, (w0, _) = _setup()
+    _fill(dock, cfgs.plan)
+    shares = dock.plan_stage(TRAIN.name)[0]
+    with pytest.raises(ValueError, match="expects 2 shares per rank, got 1"):
+        w0.run_stage(TRAIN.name, shares[:1])
+    with pytest.raises(ValueError, match="no DP stage 'rule_reward'"):
+        w0.run_stage("rule_reward", shares)
+
+
+def test_accelerator_rng_state_is_checkpointed_for_any_device_type(monkeypatch):
+    """NPU (or any torch.<device> module with get/set_rng_state) streams are saved and restored."""
+    import types
+
+    from mindspeed_rl.utils import checkpoint as ckpt
+    store = {"state": torch.tensor([1, 2, 3], dtype=torch.uint8)}
+    fake = types.SimpleNamespace(get_rng_state=lambda device: store["state"].clone(),
+                                 set_rng_state=lambda state, device: store.update(state=state.clone()))
+    monkeypatch.setattr(torch, "npu", fake, raising=False)
+    device = types.SimpleNamespace(type="npu")
+    saved = ckpt.capture_rng(device)
+    assert torch.equal(saved["npu"], torch.tensor([1, 2, 3], dtype=torch.uint8))
+    store["state"] = torch.tensor([9], dtype=torch.uint8)
+    ckpt.restore_rng(saved, device)
+    assert torch.equal(store["state"], torch.tensor([1, 2, 3], dtype=torch.uint8))
