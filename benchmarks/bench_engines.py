@@ -41,8 +41,8 @@ def main(argv=None) -> int:
                               os.path.join(tmp, name.split()[0]), os.path.join(tmp, "model"))
                 steady = history[1:]
                 it = [m["timing/iteration"] for m in steady]
-                up = [m["timing/update/max"] for m in steady]
-                gen = [m["timing/rollout/max"] for m in steady]
+                up = [m["timing/actor_train/max"] for m in steady]
+                gen = [m["timing/actor_rollout/max"] for m in steady]
                 rows.append((name, it, up, gen, history[-1]["reward/mean"]))
         finally:
             if started:

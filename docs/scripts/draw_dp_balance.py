@@ -56,8 +56,8 @@ def measured_rank_tokens(run_dir, iteration):
         for line in f:
             rec = json.loads(line)
             if rec.get("iteration") == iteration:
-                ranks = sorted(int(k.rsplit("rank", 1)[1]) for k in rec if k.startswith("tokens/update/rank"))
-                return [rec[f"tokens/update/rank{k}"] for k in ranks]
+                ranks = sorted(int(k.rsplit("rank", 1)[1]) for k in rec if k.startswith("tokens/actor_train/rank"))
+                return [rec[f"tokens/actor_train/rank{k}"] for k in ranks]
     return None
 
 

@@ -22,7 +22,7 @@ def test_dp2_balance_on_runs_and_logs_balance(tiny_model, tmp_path):
     assert len(history) == 2
     for m in history:
         assert 0.0 <= m["reward/mean"] <= 1.0
-        for stage in ("rollout", "ref_log_prob", "actor_log_prob", "update"):
+        for stage in ("actor_rollout", "ref_log_prob", "actor_log_prob", "actor_train"):
             assert {f"timing/{stage}/rank0", f"timing/{stage}/rank1"} <= set(m)
         for stage in ("ref_log_prob", "actor_log_prob", "actor_train"):
             assert m[f"dp_balance/{stage}/shares"] >= 2
@@ -63,8 +63,8 @@ def test_tensor_parallel_group_of_two_shares_one_dock_stream(tiny_model, tmp_pat
     m = history[0]
     # one DP rank (TP peers get the data by broadcast): one share per plan
     assert m["dp_balance/actor_train/shares"] == 2  # two mini-batches, one rank
-    assert {"timing/update/rank0", "timing/update/rank1"} <= set(m)
-    assert m["tokens/update/rank0"] == m["tokens/update/rank1"]
+    assert {"timing/actor_train/rank0", "timing/actor_train/rank1"} <= set(m)
+    assert m["tokens/actor_train/rank0"] == m["tokens/actor_train/rank1"]
 
 
 def test_balance_off_serves_random_shares_and_logs_their_imbalance(tiny_model, tmp_path):
@@ -73,7 +73,7 @@ def test_balance_off_serves_random_shares_and_logs_their_imbalance(tiny_model, t
     plans = [json.loads(line) for line in open(tmp_path / "balance.jsonl")]
     assert not any(p["balanced"] for p in plans)
     _ranks_processed_their_shares(history, plans, ("ref_log_prob", "actor_log_prob", "actor_train"))
-    assert history[0]["tokens/update/rank0"] > 0
+    assert history[0]["tokens/actor_train/rank0"] > 0
 
 
 def test_fsdp_engine_end_to_end_equals_ddp(tiny_model, tmp_path):
