@@ -265,7 +265,7 @@ def run_offline(data, ranks, repeats):
 def run_ray(data, ranks, count, repeats):
     """The dock as a Ray actor; ``ranks`` concurrent callers from a thread pool."""
     import ray
-    from mindspeed_rl.utils.ray_utils import init_ray
+    from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
 
     rows = []
     t_init = time.perf_counter()
@@ -336,7 +336,7 @@ def run_ray(data, ranks, count, repeats):
         return rows, init_s
     finally:
         if started or ray.is_initialized():
-            ray.shutdown()
+            shutdown_ray()
 
 
 REPLY_TARGET = 0.10      # columnar reply time over the list-of-tensors reply
@@ -360,7 +360,7 @@ def run_transport(repeats):
     then put / get of 64 MiB per call through one GRPOTransferDock actor."""
     import ray
     from mindspeed_rl.trainer.utils.columnar import ColumnBatch
-    from mindspeed_rl.utils.ray_utils import init_ray
+    from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
 
     @ray.remote
     class Replier:
@@ -407,7 +407,7 @@ def run_transport(repeats):
         return out
     finally:
         if started:
-            ray.shutdown()
+            shutdown_ray()
 
 
 def batch_pickle_ms(data, count, repeats=3):

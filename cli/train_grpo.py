@@ -21,16 +21,25 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
-def _check_model_folder(path: str, tiny_model_dir: str = None):
-    """The model folder must hold a config and a tokenizer; name what is missing."""
+def _check_model_folder(path: str, tiny_model_dir: str = None, tokenizer_path: str = None):
+    """The model folder must hold a config, and the tokenizer folder (``tokenizer_name_or_path``,
+    else the model folder) a tokenizer; name the key and what is missing."""
     if not path:
         raise ValueError("megatron_training.model_path is not set: give a local HF checkpoint folder, "
                          "or --tiny-model-dir DIR to build a tiny random model there")
     if not os.path.isdir(path):
         raise ValueError(f"megatron_training.model_path={path!r} is not a folder")
+    if tokenizer_path and not os.path.isdir(tokenizer_path):
+        raise ValueError(f"megatron_training.tokenizer_name_or_path={tokenizer_path!r} is not a folder "
+                         f"(a local tokenizer folder is needed: runs download nothing)")
+    has_tokenizer = lambda folder: any(os.path.isfile(os.path.join(folder, f)) for f in TOKENIZER_FILES)  # noqa: E731
+    if tokenizer_path and not has_tokenizer(tokenizer_path):
+        raise ValueError(f"megatron_training.tokenizer_name_or_path={tokenizer_path!r} holds no tokenizer "
+                         f"(one of {', '.join(TOKENIZER_FILES)})")
     missing = [] if os.path.isfile(os.path.join(path, "config.json")) else ["config.json"]
-    if not any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES):
-        missing.append(f"a tokenizer (one of {', '.join(TOKENIZER_FILES)})")
+    if not tokenizer_path and not has_tokenizer(path):
+        missing.append(f"a tokenizer (one of {', '.join(TOKENIZER_FILES)}; or set "
+                       f"megatron_training.tokenizer_name_or_path)")
     if missing:
         raise ValueError(f"model folder {path!r} lacks {' and '.join(missing)}")
 
@@ -61,12 +70,14 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     actor, rl, gen = cfgs.actor_config, cfgs.rl_config, cfgs.generate_config
     if tiny_model_dir and not os.path.exists(os.path.join(tiny_model_dir, "config.json")):
         build_tiny_checkpoint(tiny_model_dir, seed=0, **hf_config_kwargs(actor))
-    _check_model_folder(actor.model_path)
+    _check_model_folder(actor.model_path, tokenizer_path=actor.tokenizer_name_or_path)
     check_against_checkpoint(actor, actor.model_path)
     tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path,
                                               trust_remote_code=gen.trust_remote_code)
     checkpoint = _checkpoint(actor)
     start = checkpoint[1] if checkpoint and not actor.finetune else 0
+    from mindspeed_rl.utils.loggers import check_run_folder
+    check_run_folder(output_dir, start)  # a fresh run never appends to another run's metrics
     data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer, start=start,
                           **data_options(actor, rl))
     data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
@@ -88,7 +99,8 @@ def _train(cfgs, tokenizer, data, checkpoint, start, output_dir):
     os.makedirs(output_dir, exist_ok=True)
     started = init_ray(temp_dir=os.path.join(output_dir, "ray"))
     group = None
-    logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard)
+    logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard, resume_from=start,
+                           checkpoint=checkpoint[0] if checkpoint else None)
     reward = RuleReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
                         parallel=rl.verifier_parallel, timeout=rl.verifier_timeout)
     try:
@@ -140,7 +152,9 @@ def _parser() -> argparse.ArgumentParser:
                                                  "upstream-style YAML config.")
     parser.add_argument("--config", required=True, help="YAML config, e.g. configs/grpo_tiny_cpu.yaml")
     parser.add_argument("--output-dir", default="outputs/grpo",
-                        help="run folder: metrics.jsonl, balance.jsonl, TensorBoard, Ray session files")
+                        help="run folder: metrics.jsonl, balance.jsonl, TensorBoard, Ray session files "
+                             "(default: %(default)s). A fresh run stops if the folder holds another run's "
+                             "metrics; a resumed run drops the records after its checkpoint and marks the resume")
     parser.add_argument("--tiny-model-dir", default=None,
                         help="build a tiny random model of the config's model section here (if not there "
                              "yet) and train it; sets megatron_training.model_path")
@@ -151,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)  # overrides may come before or after options
     debug = args.debug or os.environ.get("MSRL_DEBUG") == "1"
     try:
         history = run(args.config, args.overrides, args.output_dir, args.tiny_model_dir)

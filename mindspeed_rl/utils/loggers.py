@@ -1,27 +1,108 @@
 """Per-iteration metrics to stdout, a JSONL file and TensorBoard (when installed);
-Loggers: upstream's named console logger."""
+Loggers: upstream's named console logger.
+
+A run folder belongs to one run: a fresh run stops (``check_run_folder``) when
+the folder already holds another run's records; a run resumed from iteration N
+keeps the records up to N, drops later ones and writes one marker line
+``{"event": "resume", "from_iteration": N, ...}`` (it has no ``iteration`` key)."""
 import json
 import logging
 import os
 from datetime import datetime, timezone
 from typing import Dict, List, Optional
 
+METRICS_FILE = "metrics.jsonl"
+BALANCE_FILE = "balance.jsonl"
+RESUME_EVENT = "resume"
+
+
+def read_records(path: str) -> List[dict]:
+    """The JSON lines of a metrics or balance file (markers included)."""
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path} line {line_no}: not valid JSON ({exc.msg})") from None
+    return records
+
+
+def _iterations(path: str) -> List[int]:
+    if not os.path.isfile(path):
+        return []
+    return [r["iteration"] for r in read_records(path) if isinstance(r, dict) and "iteration" in r]
+
+
+def check_run_folder(output_dir: str, resume_from: Optional[int] = None) -> None:
+    """A fresh run (``resume_from`` None or 0) may not write into a folder that
+    holds another run's metrics: raise one line naming the folder."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ValueError(f"--output-dir {output_dir!r} is a file, not a folder")
+    if resume_from:
+        return
+    for name in (METRICS_FILE, BALANCE_FILE):
+        done = _iterations(os.path.join(output_dir, name))
+        if done:
+            raise ValueError(f"--output-dir {output_dir!r} already holds another run's {name} (iterations "
+                             f"{min(done)}-{max(done)}); give a new --output-dir, remove that folder, or resume "
+                             f"that run from its checkpoint (megatron_training.load)")
+
+
+def _keep_until(path: str, iteration: int) -> List[int]:
+    """Drop the records after ``iteration`` (rewritten atomically); returns the dropped iterations."""
+    if not os.path.isfile(path):
+        return []
+    records = read_records(path)
+    # records after the resume point, and markers of resumes from after it
+    late = [isinstance(r, dict) and max(r.get("iteration", 0), r.get("from_iteration", 0)) > iteration
+            for r in records]
+    if any(late):
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r, drop in zip(records, late) if not drop)
+        os.replace(tmp, path)
+    return sorted({r["iteration"] for r, drop in zip(records, late) if drop and "iteration" in r})
+
 
 class MetricsLogger:
-    def __init__(self, output_dir: Optional[str] = None, use_tensorboard: bool = False):
+    def __init__(self, output_dir: Optional[str] = None, use_tensorboard: bool = False,
+                 resume_from: Optional[int] = None, checkpoint: Optional[str] = None):
+        """``resume_from``: the iteration a resumed run starts after (None or 0: a fresh run, which
+        refuses a folder holding another run's records); ``checkpoint`` goes into the resume marker."""
         self.jsonl = None
         self.balance = None
         self.tensorboard = None
         if output_dir:
+            check_run_folder(output_dir, resume_from)
             os.makedirs(output_dir, exist_ok=True)
-            self.jsonl = open(os.path.join(output_dir, "metrics.jsonl"), "a", encoding="utf-8")
-            self.balance = open(os.path.join(output_dir, "balance.jsonl"), "a", encoding="utf-8")
+            self.jsonl = self._open(os.path.join(output_dir, METRICS_FILE), resume_from, checkpoint)
+            self.balance = self._open(os.path.join(output_dir, BALANCE_FILE), resume_from, checkpoint)
             if use_tensorboard:
                 try:
                     from torch.utils.tensorboard import SummaryWriter
-                    self.tensorboard = SummaryWriter(os.path.join(output_dir, "tensorboard"))
+                    # purge_step: events after the resume point are dropped, as in the JSONL files
+                    self.tensorboard = SummaryWriter(os.path.join(output_dir, "tensorboard"),
+                                                     purge_step=resume_from + 1 if resume_from else None)
                 except ImportError:
-                    print("tensorboard is not installed; metrics go to stdout and JSONL only")
+                    print("tensorboard is not installed (pip install tensorboard); metrics go to stdout and "
+                          "JSONL only")
+
+    @staticmethod
+    def _open(path: str, resume_from: Optional[int], checkpoint: Optional[str]):
+        if not resume_from:
+            return open(path, "w", encoding="utf-8")
+        dropped = _keep_until(path, resume_from)
+        if dropped:
+            print(f"{path}: dropped the records of iterations {dropped[0]}-{dropped[-1]} (after the resume "
+                  f"point {resume_from})", flush=True)
+        f = open(path, "a", encoding="utf-8")
+        f.write(json.dumps({"event": RESUME_EVENT, "from_iteration": resume_from, "checkpoint": checkpoint,
+                            "dropped_iterations": dropped,
+                            "time": datetime.now(tz=timezone.utc).isoformat(timespec="seconds")}) + "\n")
+        f.flush()
+        return f
 
     def log(self, iteration: int, metrics: Dict[str, float], line: str):
         print(line, flush=True)

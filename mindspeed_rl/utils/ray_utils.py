@@ -1,4 +1,5 @@
 """Starting and joining Ray: a loopback-only local cluster unless RAY_ADDRESS is set."""
+import atexit
 import logging
 import os
 import shutil
@@ -7,35 +8,72 @@ from typing import Optional
 
 import ray
 
+# Ray's longest socket is <temp_dir>/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store and an
+# AF_UNIX path holds at most 107 bytes on Linux (103 on macOS)
+_SOCKET_PATH_MAX = 107
+_SOCKET_SUFFIX = len("/session_2026-01-01_00-00-00_000000_") + 7 + len("/sockets/plasma_store")  # pid <= 7 digits
+MAX_TEMP_DIR_LEN = _SOCKET_PATH_MAX - _SOCKET_SUFFIX
 
-_OWN_TEMP_DIRS = []  # session folders this process made outside a run folder
+_OWN_TEMP_DIRS = []  # session folders this process made under /tmp (removed at shutdown or exit)
+_atexit_registered = False
+
+
+def _remove_own_temp_dirs() -> None:
+    while _OWN_TEMP_DIRS:
+        shutil.rmtree(_OWN_TEMP_DIRS.pop(), ignore_errors=True)
+
+
+def _at_exit() -> None:
+    # callers that end with a plain ray.shutdown() (or none) still leave no /tmp folder
+    if _OWN_TEMP_DIRS:
+        ray.shutdown()
+        _remove_own_temp_dirs()
 
 
 def shutdown_ray() -> None:
     """``ray.shutdown()`` and remove the session folders ``init_ray`` made under /tmp."""
     ray.shutdown()
-    while _OWN_TEMP_DIRS:
-        shutil.rmtree(_OWN_TEMP_DIRS.pop(), ignore_errors=True)
+    _remove_own_temp_dirs()
+
+
+def session_dir_for(temp_dir: Optional[str]) -> Optional[str]:
+    """``temp_dir`` as an absolute path when Ray's socket paths fit under it, else None."""
+    if temp_dir is None:
+        return None
+    path = os.path.abspath(temp_dir)
+    return path if len(path.encode("utf-8")) <= MAX_TEMP_DIR_LEN else None
+
+
+def _short_temp_dir() -> str:
+    base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+    path = tempfile.mkdtemp(prefix="msrl_ray_", dir=base)
+    global _atexit_registered
+    if not _atexit_registered:
+        atexit.register(_at_exit)
+        _atexit_registered = True
+    _OWN_TEMP_DIRS.append(path)
+    return path
 
 
 def init_ray(temp_dir: Optional[str] = None, num_cpus: Optional[int] = None, **kwargs) -> bool:
     """Join ``RAY_ADDRESS`` if set, else start a local Ray bound to 127.0.0.1.
 
-    ``temp_dir`` keeps Ray's session files under the run's own folder (Ray
-    needs a short path for its sockets, so a long one falls back to /tmp).
+    ``temp_dir`` keeps Ray's session files under the run's own folder when its
+    absolute path has at most ``MAX_TEMP_DIR_LEN`` bytes (Ray's sockets live
+    there); otherwise, and without ``temp_dir``, a short folder under /tmp is
+    used and removed by ``shutdown_ray`` or at interpreter exit.
     Returns True when this call started Ray (the caller shuts it down).
     """
     if ray.is_initialized():
         return False
+    _remove_own_temp_dirs()  # left by an earlier session ended with a plain ray.shutdown()
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], **kwargs)
         return True
-    if temp_dir is None or len(os.path.abspath(temp_dir)) > 60:
-        temp_dir = tempfile.mkdtemp(prefix="msrl_ray_")
-        _OWN_TEMP_DIRS.append(temp_dir)
-    os.makedirs(temp_dir, exist_ok=True)
+    session = session_dir_for(temp_dir) or _short_temp_dir()
+    os.makedirs(session, exist_ok=True)
     # a loopback-only cluster started here: Ray's notice about its token auth is noise on every run
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     ray.init(_node_ip_address="127.0.0.1", num_cpus=num_cpus, include_dashboard=False,
-             _temp_dir=os.path.abspath(temp_dir), **kwargs)
+             _temp_dir=session, **kwargs)
     return True

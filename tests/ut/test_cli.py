@@ -55,3 +55,51 @@ def test_model_and_data_errors_name_the_folder_or_task(capsys, tmp_path, tiny_di
 def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(ValueError, match="model_path is not set"):
         main(["--config", TINY, "--debug"])
+
+
+def test_tokenizer_folder_problems_name_the_key(capsys, tmp_path, tiny_dir):
+    missing = tmp_path / "no_such_tokenizer"
+    assert main(["--config", TINY, f"megatron_training.model_path={tiny_dir}",
+                 f"megatron_training.tokenizer_name_or_path={missing}"]) == 2
+    err = capsys.readouterr().err
+    assert f"megatron_training.tokenizer_name_or_path='{missing}' is not a folder" in err and "Repo id" not in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["--config", TINY, f"megatron_training.model_path={tiny_dir}",
+                 f"megatron_training.tokenizer_name_or_path={empty}"]) == 2
+    assert f"tokenizer_name_or_path='{empty}' holds no tokenizer" in capsys.readouterr().err
+    # a model folder without a tokenizer of its own is fine when tokenizer_name_or_path names one
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in os.listdir(tiny_dir):
+        if not name.startswith(("tokenizer", "special_tokens", "vocab")):
+            os.symlink(os.path.join(tiny_dir, name), bare / name)
+    assert main(["--config", TINY, f"megatron_training.model_path={bare}"]) == 2
+    assert f"model folder '{bare}' lacks a tokenizer" in capsys.readouterr().err
+    assert main(["--config", TINY, f"megatron_training.model_path={bare}", f"--output-dir={tmp_path / 'out'}",
+                 f"megatron_training.tokenizer_name_or_path={tiny_dir}", "megatron_training.data_path=toy:x"]) == 2
+    assert "unknown toy task 'x'" in capsys.readouterr().err  # got past the tokenizer
+    assert not ray.is_initialized()
+
+
+def test_fresh_run_into_a_used_output_dir_stops_before_ray(capsys, tmp_path, tiny_dir, monkeypatch):
+    from mindspeed_rl.utils import ray_utils
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started")
+    monkeypatch.setattr(ray_utils, "init_ray", no_ray)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"iteration": 1}\n{"iteration": 2}\n')
+    assert main(["--config", TINY, f"megatron_training.model_path={tiny_dir}", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert f"--output-dir '{out}' already holds another run's metrics.jsonl (iterations 1-2)" in err
+    assert not ray.is_initialized()
+    assert (out / "metrics.jsonl").read_text() == '{"iteration": 1}\n{"iteration": 2}\n'
+
+
+def test_help_shows_the_output_dir_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "(default: outputs/grpo)" in " ".join(capsys.readouterr().out.split())

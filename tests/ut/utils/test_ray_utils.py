@@ -1,27 +1,87 @@
-"""init_ray / shutdown_ray: local sessions stay on loopback and leave no /tmp folders behind."""
+"""init_ray / shutdown_ray: local sessions stay on loopback, fit Ray's socket-path limit and leave no
+/tmp folders behind."""
+import glob
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
+import pytest
 import ray
 
 from mindspeed_rl.utils import ray_utils
 
 
-def test_local_session_folder_is_removed_at_shutdown(monkeypatch):
+@pytest.fixture
+def fake_ray(monkeypatch):
     calls = {}
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.update(kw))
     monkeypatch.setattr(ray, "shutdown", lambda: calls.update(shutdown=True))
+    return calls
+
+
+def _dir_of_length(n: int) -> str:
+    """A not yet existing folder whose absolute path has exactly ``n`` characters."""
+    base = tempfile.mkdtemp(prefix="r", dir="/tmp")
+    path = os.path.join(base, "x" * (n - len(base) - 1))
+    assert len(path) == n
+    return path
+
+
+def test_local_session_folder_is_removed_at_shutdown(fake_ray):
     assert ray_utils.init_ray() is True
-    made = calls["_temp_dir"]
-    assert calls["_node_ip_address"] == "127.0.0.1" and os.path.isdir(made)
+    made = fake_ray["_temp_dir"]
+    assert fake_ray["_node_ip_address"] == "127.0.0.1" and os.path.isdir(made)
+    assert made.startswith("/tmp/msrl_ray_")
     ray_utils.shutdown_ray()
-    assert calls["shutdown"] and not os.path.exists(made)
-    # a session folder inside the run folder is the run's own: kept
-    run_dir = os.path.join(tempfile.mkdtemp(prefix="r"), "ray")  # short: Ray's socket paths need it
-    ray_utils.init_ray(temp_dir=run_dir)
+    assert fake_ray["shutdown"] and not os.path.exists(made)
+
+
+def test_short_run_folder_keeps_the_session_long_one_falls_back_to_tmp(fake_ray):
+    short = _dir_of_length(ray_utils.MAX_TEMP_DIR_LEN)
+    ray_utils.init_ray(temp_dir=short)
+    assert fake_ray["_temp_dir"] == short
     ray_utils.shutdown_ray()
-    assert os.path.isdir(run_dir)
-    shutil.rmtree(os.path.dirname(run_dir))
+    assert os.path.isdir(short)  # the run's own folder: kept
+    long = _dir_of_length(ray_utils.MAX_TEMP_DIR_LEN + 1)
+    ray_utils.init_ray(temp_dir=long)
+    made = fake_ray["_temp_dir"]
+    assert made != long and made.startswith("/tmp/msrl_ray_") and len(made) <= ray_utils.MAX_TEMP_DIR_LEN
+    ray_utils.shutdown_ray()
+    assert not os.path.exists(made)
+    for path in (short, long):
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+def test_tmp_folder_is_removed_when_the_caller_only_calls_ray_shutdown(tmp_path):
+    # a process that ends with a plain ray.shutdown() (as benchmarks did) leaves no /tmp/msrl_ray_* folder
+    script = (
+        "import ray\n"
+        "from mindspeed_rl.utils import ray_utils\n"
+        "ray.is_initialized = lambda: False\n"
+        "ray.init = lambda **kw: print(kw['_temp_dir'])\n"
+        "ray.shutdown = lambda: None\n"
+        "ray_utils.init_ray()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    assert out.returncode == 0, out.stderr
+    made = out.stdout.strip().splitlines()[-1]
+    assert made.startswith("/tmp/msrl_ray_") and not os.path.exists(made)
+
+
+def test_real_ray_starts_with_a_session_folder_at_the_length_limit():
+    """Ray's own check of its socket paths passes at MAX_TEMP_DIR_LEN (the bug: 46-60 character run
+    folders failed with 'AF_UNIX path length cannot exceed 107 bytes')."""
+    run_dir = _dir_of_length(ray_utils.MAX_TEMP_DIR_LEN)
+    try:
+        assert ray_utils.init_ray(temp_dir=run_dir, num_cpus=1) is True
+        assert ray.get(ray.put(7)) == 7
+        assert glob.glob(os.path.join(run_dir, "session_*", "sockets", "plasma_store"))
+    finally:
+        ray_utils.shutdown_ray()
+        shutil.rmtree(os.path.dirname(run_dir), ignore_errors=True)
