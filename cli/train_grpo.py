@@ -147,6 +147,55 @@ def _load_checkpoint(group, actor, checkpoint, start: int):
     return read_state(folder)["kl_coef"]
 
 
+DRY_RUN_MODEL_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+                      "kv_channels", "padded_vocab_size", "vocab_size", "max_position_embeddings", "rotary_base",
+                      "untie_embeddings_and_output_weights", "add_qkv_bias")
+
+
+def dry_run(config: str, overrides: List[str] = ()) -> List[str]:
+    """The lines ``--dry-run`` prints: config notes, model section, run plan and per-rank
+    memory of ``config``. Starts no Ray, reads no weights or data."""
+    import warnings
+
+    from mindspeed_rl.config_cls.loader import build_configs, load_config
+    from mindspeed_rl.config_cls.megatron_config import MODEL_FAMILY_KEYS
+    from mindspeed_rl.tools.memory_plan import plan_memory, table
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = load_config(config, list(overrides))
+        cfgs = build_configs(cfg)
+    actor, rl, plan = cfgs.actor_config, cfgs.rl_config, cfgs.plan
+    lines = [f"config: {config}" + (f" with {len(overrides)} override(s)" if overrides else "")]
+    lines += [f"note: {' '.join(str(w.message).split())}" for w in caught]
+    defaults = type(actor)()._declared_defaults()
+    arch = [f"{k}={getattr(actor, k)}" for k in DRY_RUN_MODEL_KEYS if getattr(actor, k) is not None]
+    arch += [f"{k}={getattr(actor, k)}" for k in MODEL_FAMILY_KEYS if getattr(actor, k) != defaults[k]]
+    lines.append(f"model: {', '.join(sorted(cfg.get('model') or {})) or '(no model section)'}: " + " ".join(arch))
+    lines.append(f"weights: model_path={actor.model_path}" + (f", load={actor.load}" if actor.load else ""))
+    if plan.layout.asked:
+        lines.append(f"layout asked: {plan.layout.asked}; runs: DP={plan.layout.dp} x TP={plan.layout.tp} "
+                     f"({plan.layout.engine} engine)")
+    lines.append(f"run plan: {plan.summary()}")
+    lines.append(f"optimizer steps: {plan.steps_per_iteration} per iteration x {plan.train_iters} iterations; "
+                 f"mini-batch {plan.mini_batch_rows} rows of {plan.rows_per_round} per round")
+    lines.append(table("memory plan", cfgs, plan_memory(cfgs), [64.0, 80.0, 141.0]))
+    return lines
+
+
+def _dry_run_main(args, debug: bool) -> int:
+    try:
+        lines = dry_run(args.config, args.overrides)
+    except (ValueError, TypeError, FileNotFoundError, KeyError, OSError) as err:
+        if debug:
+            raise
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    print("dry run: config, run plan and memory plan are fine; nothing was started")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="GRPO training with DP batch balance on Ray, from an "
                                                  "upstream-style YAML config.")
@@ -159,6 +208,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="build a tiny random model of the config's model section here (if not there "
                              "yet) and train it; sets megatron_training.model_path")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the config only: print its notes, model section, run plan and per-rank "
+                             "memory, then exit (no Ray, no weights, no data)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value",
                         help="config overrides, value parsed as YAML (e.g. megatron_training.train_iters=8)")
     return parser
@@ -167,6 +219,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = _parser().parse_intermixed_args(argv)  # overrides may come before or after options
     debug = args.debug or os.environ.get("MSRL_DEBUG") == "1"
+    if args.dry_run:
+        return _dry_run_main(args, debug)
     try:
         history = run(args.config, args.overrides, args.output_dir, args.tiny_model_dir)
     except (ValueError, TypeError, FileNotFoundError, KeyError, OSError, RuntimeError, TimeoutError) as err:

@@ -34,6 +34,8 @@ class GenerateConfig(BaseConfig):
     enable_prefix_caching (False): reuse KV cache of shared prefixes.
     num_scheduler_steps (1): decode steps per scheduler call.
     enforce_eager (False): never capture graphs.
+    torchair_graph (False), enable_expert_parallel (False), expert_map_path (None),
+    ascend_scheduler_config_enabled (True): vLLM-Ascend settings (see unimplemented.py).
     sampling_config: see SAMPLING_DEFAULTS; unknown sub-keys are rejected.
     """
 
@@ -55,6 +57,10 @@ class GenerateConfig(BaseConfig):
         self.enable_prefix_caching = False
         self.num_scheduler_steps = 1
         self.enforce_eager = False
+        self.torchair_graph = False
+        self.enable_expert_parallel = False
+        self.expert_map_path = None
+        self.ascend_scheduler_config_enabled = True
         self.sampling_config = dict(SAMPLING_DEFAULTS)
         self.update(config_dict)
 

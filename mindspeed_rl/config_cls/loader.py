@@ -15,6 +15,7 @@ Each model name is read from ``<name>.yaml`` in ``<config_dir>/model``,
 and collected into a ``model`` section ``{name: {...}}``.
 """
 import difflib
+import os
 import re
 import warnings
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from mindspeed_rl.config_cls.run_plan import RunPlan
 from mindspeed_rl.config_cls.unimplemented import check_keys
 from mindspeed_rl.config_cls.validate_config import validate_rl_args
 from mindspeed_rl.utils.checkpoint import CheckpointError, is_checkpoint, resolve
+from mindspeed_rl.utils.megatron_format import megatron_load_error
 
 REPO_MODEL_DIR = Path(__file__).resolve().parents[2] / "configs" / "model"
 ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config")
@@ -212,6 +214,7 @@ def build_configs(cfg):
 
     models = section("model")
     training = section("megatron_training")
+    _check_section_keys(cfg)
     rl_config = RLConfig(section("rl_config"))
     actor_config = MegatronConfig({**training, **section("actor_config")}, models)
     if rl_config.use_integrated_worker:
@@ -227,8 +230,12 @@ def build_configs(cfg):
 
     _warn_ignored_sections(cfg)
     check_keys(actor_config, rl_config, generate_config, error_cls=ConfigError)
+    for role in {id(c): c for c in (actor_config, ref_config, reward_config)}.values():
+        _upstream_semantics(role, rl_config)
     check_fixed(actor_config, error_cls=ConfigError)
+    _check_family_keys(actor_config)
     _weights_from_load(actor_config)
+    _check_verifiers(rl_config)
     plan = validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config)
     for role in {id(c): c for c in (actor_config, ref_config, reward_config)}.values():
         role.max_prompt_length = rl_config.max_prompt_length
@@ -240,17 +247,138 @@ def build_configs(cfg):
 
 def _weights_from_load(cfg):
     """``load`` names a checkpoint of ours (resume; with ``finetune: true`` its
-    weights only, from iteration 0) or, with ``finetune: true``, HF weights to
-    start from. A checkpoint is checked here, before anything starts."""
-    if cfg.load is None:
-        return
-    if not cfg.finetune or is_checkpoint(cfg.load):
-        try:
-            resolve(cfg.load)
-        except CheckpointError as err:
-            raise ConfigError(f"megatron_training.load: {err}") from err
-        return
-    if cfg.model_path not in (None, cfg.load):
-        raise ConfigError(f"megatron_training.load={cfg.load!r} (finetune) and model_path={cfg.model_path!r} "
-                          f"name different weights; set one of them")
-    cfg.model_path = cfg.load
+    weights only, from iteration 0) or, for a weights-only load (``finetune``, or
+    ``no_load_optim`` and ``no_load_rng`` as upstream's configs give), HF weights to
+    start from. A Megatron-format folder is an error naming the key to use instead.
+    A weights-only ``load`` that does not exist loads nothing, as in Megatron; the
+    weights are then ``model_path``, else upstream's ``tokenizer_name_or_path``
+    (the HF folder upstream converts from). Checked here, before anything starts."""
+    if cfg.load is not None:
+        message = megatron_load_error("megatron_training.load", cfg.load, cfg.tokenizer_name_or_path)
+        if message:
+            raise ConfigError(message)
+        weights_only = cfg.finetune or (cfg.no_load_optim and cfg.no_load_rng)
+        if not weights_only or is_checkpoint(cfg.load):
+            try:
+                resolve(cfg.load)
+            except CheckpointError as err:
+                raise ConfigError(f"megatron_training.load: {err}") from err
+        elif os.path.isdir(cfg.load):
+            if cfg.model_path not in (None, cfg.load):
+                raise ConfigError(f"megatron_training.load={cfg.load!r} (weights only) and "
+                                  f"model_path={cfg.model_path!r} name different weights; set one of them")
+            cfg.model_path = cfg.load
+        else:
+            start = cfg.model_path or cfg.tokenizer_name_or_path
+            if start is None:
+                raise ConfigError(f"megatron_training.load={cfg.load!r} does not exist and no other weights are "
+                                  f"given: set megatron_training.model_path to an HF weights folder")
+            warnings.warn(f"megatron_training.load={cfg.load!r} does not exist: nothing is loaded from it (as "
+                          f"Megatron does); training starts from the HF weights at {start!r}",
+                          UserWarning, stacklevel=3)
+            cfg.load = None
+    if cfg.model_path is None and cfg.tokenizer_name_or_path:
+        cfg.model_path = cfg.tokenizer_name_or_path  # upstream: the HF folder the weights were converted from
+
+
+def _check_family_keys(cfg):
+    """Model-family keys (Qwen3, MoE, MLA) act only once config_cls/model_arch.py builds their
+    family; until it lists a key in ARCH_KEYS a value other than the default is refused."""
+    from mindspeed_rl.config_cls import model_arch
+    from mindspeed_rl.config_cls.megatron_config import MODEL_FAMILY_KEYS
+    handled = set(getattr(model_arch, "ARCH_KEYS", ()))
+    defaults = cfg._declared_defaults()
+    for key in MODEL_FAMILY_KEYS:
+        value = getattr(cfg, key)
+        if key not in handled and value != defaults[key]:
+            raise ConfigError(f"model key {key}={value!r} needs a model family the engine does not build yet "
+                              f"(it builds Qwen2-shaped models); remove it or use a Qwen2 model section")
+
+
+def _int_list(key, value):
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    try:
+        return [int(str(v).strip()) for v in items if str(v).strip()]
+    except ValueError:
+        raise ConfigError(f"megatron_training.{key}={value!r} must be comma-separated integers") from None
+
+
+def _upstream_semantics(cfg, rl_config):
+    """Upstream keys whose meaning is carried out by rewriting other settings."""
+    # a mini-batch larger than the batch is the whole batch (upstream's split gives one part)
+    total = cfg.global_batch_size * rl_config.n_samples_per_prompt if cfg.global_batch_size else None
+    if total and rl_config.mini_batch_size > total:
+        rl_config.mini_batch_size = total
+    if cfg.use_rotary_position_embeddings:  # Megatron's older switch
+        cfg.position_embedding_type = "rope"
+    pp = cfg.pipeline_model_parallel_size
+    if cfg.num_layer_list is not None:
+        counts = _int_list("num_layer_list", cfg.num_layer_list)
+        if len(counts) != pp or (cfg.num_layers is not None and sum(counts) != cfg.num_layers):
+            raise ConfigError(f"megatron_training.num_layer_list={cfg.num_layer_list!r} must give "
+                              f"pipeline_model_parallel_size={pp} stage sizes adding up to "
+                              f"num_layers={cfg.num_layers}")
+    if cfg.noop_layers is not None and cfg.num_layers is not None:
+        noop = sorted(set(_int_list("noop_layers", cfg.noop_layers)))
+        if any(i < 0 or i >= cfg.num_layers for i in noop):
+            raise ConfigError(f"megatron_training.noop_layers={cfg.noop_layers!r} must index layers "
+                              f"0..{cfg.num_layers - 1}")
+        # identity layers that only pad pipeline stages; the model has the others
+        cfg.num_layers -= len(noop)
+        cfg.noop_layers = None
+
+
+def _check_verifiers(rl_config):
+    """Verifier names are looked up in the reward registry now, not in a worker later."""
+    from mindspeed_rl.models import rule_reward
+    known_fn = getattr(rule_reward, "known_verifiers", None)
+    if callable(known_fn):
+        known = set(known_fn())
+    else:
+        known = set(getattr(rule_reward, "VERIFIERS", {})) | set(getattr(rule_reward, "TEXT_VERIFIERS", {}))
+    for name in rl_config.verifier_function:
+        if not isinstance(name, str):
+            raise ConfigError(f"rl_config.verifier_function: {name!r} is not a verifier name")
+        if ":" in name or name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"rl_config.verifier_function: unknown verifier '{name}'{hint} "
+                          f"(known: {', '.join(sorted(known))}, or 'module:function')")
+
+
+def _section_keys():
+    from mindspeed_rl.config_cls.generate_config import SAMPLING_DEFAULTS
+    training = set(MegatronConfig()._declared_defaults()) | {"model"}
+    keys = {name: training for name in ROLE_SECTIONS}
+    keys["rl_config"] = set(RLConfig()._declared_defaults())
+    keys["generate_config"] = set(GenerateConfig()._declared_defaults())
+    keys["generate_config.sampling_config"] = set(SAMPLING_DEFAULTS)
+    return keys, training - {"model"}
+
+
+def _unknown(where, key, allowed):
+    close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return ConfigError(f"{where}: unknown key '{key}'{hint}")
+
+
+def _check_section_keys(cfg):
+    """Every key of every section must be declared; a typo names its section."""
+    keys, model_keys = _section_keys()
+    for name, allowed in keys.items():
+        section, _, sub = name.partition(".")
+        body = cfg.get(section)
+        if sub and isinstance(body, Mapping):
+            body = body.get(sub)
+        if not isinstance(body, Mapping):
+            continue
+        for key in body:
+            if str(key).replace("-", "_") not in allowed:
+                raise _unknown(name, key, allowed)
+    for model, body in (cfg.get("model") or {}).items():
+        for key in body or {}:
+            if str(key).replace("-", "_") not in model_keys:
+                raise _unknown(f"model {model}", key, model_keys)

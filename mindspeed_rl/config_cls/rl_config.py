@@ -99,6 +99,11 @@ class RLConfig(BaseConfig):
     dp_balance_objective ('tokens'): what to balance, 'tokens' or 'flops'.
     dp_balance_method ('auto'): partition algorithm: 'auto', 'heapq',
         'karmarkar_karp' or 'greedy'.
+    Upstream keys of 05a90d7 (hccl_buffersize, async_engine, zmq_communication,
+    log_max_throughput, actor/update_max_packing_token_size, share_backbone, the
+    DAPO keys token_level_loss, clip_higher_enable, clip_ratio_low/high,
+    overlong_buffer*, rollout_max_tokens, filter_groups_*, and the multi-turn
+    keys) keep upstream's defaults; what each does here is in unimplemented.py.
     td_timeout (600.0): seconds the transfer dock waits for data before raising.
     seed (1234): seed of the RL-side random generators.
     """
@@ -162,6 +167,37 @@ class RLConfig(BaseConfig):
         self.use_dynamic_bsz = False
         self.max_packing_token_size = 4096
 
+        # upstream keys that only tune upstream's engines (see unimplemented.py)
+        self.hccl_buffersize = 256
+        self.async_engine = False
+        self.zmq_communication = True
+        self.log_max_throughput = True
+        self.actor_max_packing_token_size = None
+        self.update_max_packing_token_size = None
+        self.share_backbone = False
+        # DAPO (upstream 05a90d7); declared in unimplemented.py until implemented
+        self.token_level_loss = True
+        self.clip_higher_enable = False
+        self.clip_ratio_low = 0.1
+        self.clip_ratio_high = 0.1
+        self.overlong_buffer_enable = False
+        self.overlong_buffer = 0
+        self.overlong_buffer_penalty_factor = 1.0
+        self.rollout_max_tokens = 2048
+        self.filter_groups_enable = False
+        self.filter_groups_metric = "acc"
+        self.filter_groups_max_batches = 1
+        self.filter_groups_train_batch_size = 1
+        # multi-turn tool use (upstream 05a90d7)
+        self.multi_turn_enable = False
+        self.tool_config_path = None
+        self.max_tool_calls = 0
+        self.max_parallel_calls = 0
+        self.max_total_response_length = 0
+        self.max_tool_response_length = 0
+        self.tool_response_truncate_side = None
+        self.tool_parser_format = None
+
         # Keys added by this project.
         self.use_dp_batch_balance = False
         self.dp_balance_objective = "tokens"
@@ -170,6 +206,11 @@ class RLConfig(BaseConfig):
         self.seed = 1234
 
         self.update(config_dict)
+        # upstream's per-pass token budgets: one budget serves every pass here, the smallest given
+        budgets = [b for b in (self.actor_max_packing_token_size, self.update_max_packing_token_size) if b]
+        if budgets:
+            given = self.max_packing_token_size if "max_packing_token_size" in config_dict else None
+            self.max_packing_token_size = min(budgets + ([given] if given else []))
         # The yaml gives prompts per mini-batch; downstream code counts samples.
         self.mini_batch_size = self.mini_batch_size * self.n_samples_per_prompt
 

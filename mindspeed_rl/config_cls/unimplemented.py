@@ -12,6 +12,15 @@ from typing import Callable, List, Optional
 WARN, ERROR = "warn", "error"
 _HF_ROLLOUT = "rollout samples with HF generate over the rank's whole share"
 _NO_FUSION = "the HF model's own kernels run; no fused/Ascend kernels"
+_DAPO = "not implemented yet (DAPO): "
+_MULTI_TURN = "not implemented yet: no multi-turn tool use; each response is one generate call"
+_LORA = "not implemented yet: every weight is trained (full-parameter GRPO; the memory plan counts full AdamW state)"
+_MOE_KERNELS = "MoE layers run as transformers implements them; experts are sharded by FSDP, no token dispatcher"
+_VLLM = "rollout samples with HF generate; no vLLM-Ascend options"
+
+
+def _moe(values):
+    return bool(values.get("num_experts"))
 
 
 @dataclass(frozen=True)
@@ -22,6 +31,8 @@ class Key:
     instead: str      # what happens instead
     # value -> True when it asks for something not implemented; default: value != declared default
     ignored: Optional[Callable] = None
+    # section values -> False when the key does not apply (e.g. MoE keys of a dense model)
+    applies: Optional[Callable] = None
 
 
 KEYS: List[Key] = [
@@ -53,6 +64,40 @@ KEYS: List[Key] = [
     Key("rl_config", "is_multimodal", ERROR, "multimodal policies are not implemented"),
     Key("rl_config", "rule_reward", ERROR, "rewards come from the rule verifiers only (no reward model)",
         lambda v: v is False),
+    Key("rl_config", "hccl_buffersize", WARN, "no HCCL buffer is sized; collectives use torch.distributed defaults"),
+    Key("rl_config", "async_engine", WARN, "rollout is synchronous HF generate"),
+    Key("rl_config", "zmq_communication", WARN, "data moves through the Ray transfer dock"),
+    Key("rl_config", "log_max_throughput", WARN, "no max-throughput metric; per-stage timings are logged"),
+    Key("rl_config", "actor_max_packing_token_size", WARN,
+        "every pass packs micro-batches up to max_packing_token_size (same math, memory per micro-batch differs)",
+        lambda v: v is not None),
+    Key("rl_config", "update_max_packing_token_size", WARN,
+        "every pass packs micro-batches up to max_packing_token_size (same math, memory per micro-batch differs)",
+        lambda v: v is not None),
+    Key("rl_config", "share_backbone", WARN, "no LoRA, so nothing to share"),
+    Key("rl_config", "token_level_loss", WARN, _DAPO + "the loss is always averaged over all tokens of a "
+        "mini-batch (token-level)", lambda v: v is False),
+    Key("rl_config", "clip_higher_enable", WARN, _DAPO + "the ratio is clipped to 1 +- clip_ratio"),
+    Key("rl_config", "clip_ratio_low", WARN, _DAPO + "the ratio is clipped to 1 +- clip_ratio"),
+    Key("rl_config", "clip_ratio_high", WARN, _DAPO + "the ratio is clipped to 1 +- clip_ratio"),
+    Key("rl_config", "overlong_buffer_enable", WARN, _DAPO + "no overlong-response penalty"),
+    Key("rl_config", "overlong_buffer", WARN, _DAPO + "no overlong-response penalty"),
+    Key("rl_config", "overlong_buffer_penalty_factor", WARN, _DAPO + "no overlong-response penalty"),
+    Key("rl_config", "rollout_max_tokens", WARN, _DAPO + "responses stop at sampling_config.max_tokens"),
+    Key("rl_config", "filter_groups_enable", WARN, _DAPO + "every group of the batch is trained on "
+        "(no dynamic sampling)"),
+    Key("rl_config", "filter_groups_metric", WARN, _DAPO + "no dynamic sampling"),
+    Key("rl_config", "filter_groups_max_batches", WARN, _DAPO + "no dynamic sampling"),
+    Key("rl_config", "filter_groups_train_batch_size", WARN, _DAPO + "no dynamic sampling; each step trains "
+        "on global_batch_size prompts"),
+    Key("rl_config", "multi_turn_enable", WARN, _MULTI_TURN),
+    Key("rl_config", "tool_config_path", WARN, _MULTI_TURN),
+    Key("rl_config", "max_tool_calls", WARN, _MULTI_TURN),
+    Key("rl_config", "max_parallel_calls", WARN, _MULTI_TURN),
+    Key("rl_config", "max_total_response_length", WARN, _MULTI_TURN),
+    Key("rl_config", "max_tool_response_length", WARN, _MULTI_TURN),
+    Key("rl_config", "tool_response_truncate_side", WARN, _MULTI_TURN),
+    Key("rl_config", "tool_parser_format", WARN, _MULTI_TURN),
     # ---- megatron_training / role sections
     Key("megatron_training", "use_mcore_models", WARN, "the model is the HF transformers implementation"),
     Key("megatron_training", "tokenizer_type", WARN, "the tokenizer is loaded with transformers' AutoTokenizer",
@@ -68,7 +113,42 @@ KEYS: List[Key] = [
     Key("megatron_training", "reset_position_ids", WARN,
         "packed sequences always restart their positions", lambda v: v is False),
     Key("megatron_training", "stage", ERROR, "only GRPO ('ray_grpo') is implemented",
-        lambda v: v not in (None, "ray_grpo")),
+        lambda v: v not in (None, "ray_grpo", "ray_dapo")),
+    Key("megatron_training", "stage", WARN, _DAPO + "'ray_dapo' runs the GRPO trainer; see the DAPO keys",
+        lambda v: v == "ray_dapo"),
+    Key("megatron_training", "attention_mask_type", ERROR, "attention is causal", lambda v: v != "causal"),
+    Key("megatron_training", "reset_attention_mask", WARN,
+        "packed samples never attend to each other (as with reset_attention_mask: true)", lambda v: v is False),
+    Key("megatron_training", "no_pad_to_seq_lengths", WARN,
+        "sequences are never padded to seq_length (as with no_pad_to_seq_lengths: true)", lambda v: v is False),
+    Key("megatron_training", "recompute_granularity", WARN,
+        "no activation recomputation (memory_plan's activation estimate assumes none)"),
+    Key("megatron_training", "recompute_method", WARN, "no activation recomputation"),
+    Key("megatron_training", "recompute_num_layers", WARN, "no activation recomputation"),
+    Key("megatron_training", "swap_optimizer", WARN, "optimizer state stays on the device"),
+    Key("megatron_training", "reuse_fp32_param", WARN, "fp32 master weights are kept as FSDP/DDP keep them"),
+    Key("megatron_training", "shape_order", WARN, _NO_FUSION),
+    Key("megatron_training", "gemm_gradient_accumulation_fusion", WARN, _NO_FUSION),
+    Key("megatron_training", "lora_target_modules", WARN, _LORA, lambda v: bool(v)),
+    Key("megatron_training", "lora_r", WARN, _LORA),
+    Key("megatron_training", "lora_alpha", WARN, _LORA),
+    Key("megatron_training", "lora_fusion", WARN, _LORA),
+    Key("megatron_training", "lora_ckpt_filter", WARN, _LORA),
+    Key("megatron_training", "spec", WARN, "the transformers class of the model family is used"),
+    Key("megatron_training", "moe_grouped_gemm", WARN, _MOE_KERNELS),
+    Key("megatron_training", "moe_permutation_async_comm", WARN, _MOE_KERNELS),
+    Key("megatron_training", "moe_token_dispatcher_type", WARN, _MOE_KERNELS),
+    Key("megatron_training", "use_fused_moe_token_permute_and_unpermute", WARN, _MOE_KERNELS),
+    Key("megatron_training", "moe_tp_extend_ep", WARN, _MOE_KERNELS),
+    Key("megatron_training", "moe_alltoall_overlap_comm", WARN, _MOE_KERNELS),
+    Key("megatron_training", "moe_aux_loss_coeff", WARN,
+        "not implemented yet: no router load-balancing loss is added to the GRPO loss", lambda v: v > 0, _moe),
+    Key("megatron_training", "moe_router_load_balancing_type", WARN,
+        "not implemented yet: no router load-balancing loss is added to the GRPO loss", lambda v: v != "none",
+        _moe),
+    Key("megatron_training", "seq_aux", WARN, "not implemented yet: no sequence-level router loss"),
+    Key("megatron_training", "moe_router_enable_expert_bias", WARN,
+        "not implemented yet: the expert bias routes as loaded and is not updated during training"),
     Key("megatron_training", "optimizer", ERROR, "the optimizer is AdamW", lambda v: v != "adam"),
     Key("megatron_training", "initial_loss_scale", WARN, "fp32 or bf16 training, no loss scaling"),
     Key("megatron_training", "use_fused_rmsnorm", WARN, _NO_FUSION),
@@ -93,6 +173,10 @@ KEYS: List[Key] = [
     Key("generate_config", "offload_train_optimizer", WARN, "training state stays on the device during rollout"),
     Key("generate_config", "offload_train_grad", WARN, "training state stays on the device during rollout"),
     Key("generate_config", "offload_train_param", WARN, "training state stays on the device during rollout"),
+    Key("generate_config", "torchair_graph", WARN, _VLLM),
+    Key("generate_config", "enable_expert_parallel", WARN, _VLLM),
+    Key("generate_config", "expert_map_path", WARN, _VLLM),
+    Key("generate_config", "ascend_scheduler_config_enabled", WARN, _VLLM),
     Key("sampling_config", "logprobs", WARN, "rollout returns tokens only; log-probs are recomputed"),
     Key("sampling_config", "detokenize", WARN, "rollout returns token ids only"),
 ]
@@ -116,6 +200,8 @@ def check_keys(actor_config, rl_config, generate_config, error_cls=ValueError) -
     messages = []
     for key in KEYS:
         values, defaults = _values(key.section, actor_config, rl_config, generate_config)
+        if key.applies is not None and not key.applies(values):
+            continue
         value = values.get(key.name)
         ignored = key.ignored(value) if key.ignored else value != defaults.get(key.name)
         if not ignored:

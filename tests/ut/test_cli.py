@@ -32,7 +32,7 @@ def tiny_dir(tmp_path_factory):
     ([], "megatron_training.model_path is not set"),
     (["rl.use_dp_batch_balance=false"], "did you mean 'rl_config'"),
     (["megatron_training.train_iters=0"], "train_iters must be a positive int"),
-    (["actor_config.pipeline_model_parallel_size=2"], "pipeline_model_parallel_size=2 is not implemented"),
+    (["actor_config.pipeline_model_parallel_size=3"], "must be divisible by tensor x pipeline x context parallel"),
 ])
 def test_config_errors_are_one_line_exit_2(capsys, args, message):
     assert main(["--config", TINY, *args]) == 2

@@ -31,7 +31,9 @@ def test_integrated_test_yaml_values():
     rl, actor, gen = run.rl_config, run.actor_config, run.generate_config
     assert rl.use_dp_batch_balance is True
     assert rl.n_samples_per_prompt == 8
-    assert rl.mini_batch_size == 4 * 8  # given in prompts, stored in samples
+    # upstream's mini_batch_size: 64 prompts > global_batch_size 4: one mini-batch is the whole batch
+    assert cfg["rl_config"]["mini_batch_size"] == 64
+    assert rl.mini_batch_size == 4 * 8 == run.plan.mini_batch_rows  # stored in samples
     assert rl.actor_resource["num_npus"] == 8
     assert rl.reference_resource is rl.actor_resource
     assert rl.max_packing_token_size == 8192 and rl.use_dynamic_bsz is True
@@ -221,15 +223,16 @@ def test_validate_accepts_baseline_and_fills_derived():
     ({"reward_resource": {"num_npus": 2}}, {}, {}, "reward_resource"),
     ({"actor_resource": {"num_npus": 3}}, {"tensor_model_parallel_size": 2}, {}, "tensor_model_parallel_size"),
     ({"actor_resource": {"num_npus": None}}, {}, {}, "num_npus"),
-    ({}, {"pipeline_model_parallel_size": 2}, {}, "pipeline_model_parallel_size"),
-    ({}, {"context_parallel_size": 2}, {}, "context_parallel_size"),
+    ({}, {"pipeline_model_parallel_size": 3}, {}, "pipeline"),     # 2 devices / (TP 1 x PP 3)
+    ({}, {"context_parallel_size": 0}, {}, "context_parallel_size"),
+    ({}, {"expert_model_parallel_size": 4}, {}, "expert_model_parallel_size"),
     ({}, {}, {"infer_pipeline_parallel_size": 2}, "infer_pipeline_parallel_size"),
     ({}, {}, {"data_parallel_size": 4}, "data_parallel_size"),
     ({}, {}, {"max_model_len": 16}, "max_model_len"),
     ({"verifier_weight": [1.0, 2.0]}, {}, {}, "verifier_weight"),
     ({"actor_logprob_dispatch_size": 5}, {}, {}, "actor_logprob_dispatch_size"),
     ({"actor_logprob_dispatch_size": 32}, {}, {}, "actor_logprob_dispatch_size"),  # 1 share for 2 ranks
-    ({"actor_update_dispatch_size": 4}, {}, {}, "actor_update_dispatch_size"),
+    ({"actor_update_dispatch_size": 0}, {}, {}, "actor_update_dispatch_size"),
     ({}, {"global_batch_size": None}, {}, "global_batch_size"),
     ({}, {"train_iters": 0}, {}, "train_iters"),
     ({"epochs": 0}, {}, {}, "epochs"),
