@@ -94,48 +94,40 @@ class CausalLMEngine:
         self.attn_implementation = getattr(module.config, "_attn_implementation", None) or "eager"
 
         self.model = module
-        self.is_ddp = False
-        self.mesh, self.fsdp, self.grad_sync_group = mesh, bool(fsdp and mesh is not None), None
+        # one path for every layout: sharding.parallelize over a (dp, tp) mesh; the DDP engine's
+        # data-parallel group becomes a 1-D dp mesh (replicate, DDP semantics)
+        self.fsdp = bool(fsdp and mesh is not None)
+        if mesh is None and self._multi_rank(process_group) and trainable:
+            mesh = sharding.mesh_from_group(process_group, self.device.type)
+        self.mesh = mesh
+        self.is_ddp = mesh is not None and not self.fsdp and sharding.mesh_dim(mesh, "dp") is not None
         if mesh is not None:
-            self._shard(module, mesh, trainable)
-        elif (
-            trainable
-            and process_group is not None
-            and dist.is_available()
-            and dist.is_initialized()
-            and dist.get_world_size(process_group) > 1
-        ):
-            # wrap in DDP only when a real multi-rank group is given
-            device_ids = None if self.device.type == "cpu" else [self.device]
-            self.model = torch.nn.parallel.DistributedDataParallel(
-                module, device_ids=device_ids, process_group=process_group
-            )
-            self.is_ddp = True
+            spec = sharding.ParallelSpec(fsdp=self.fsdp, param_dtype=autocast_dtype if self.fsdp else None)
+            if trainable or self.fsdp or sharding.mesh_dim(mesh, "tp") is not None:
+                sharding.parallelize(module, mesh, spec)
+            if self.fsdp:
+                self.autocast_dtype = None  # FSDP's policy casts for compute; no autocast on top
 
         self.optimizer = None
         self.lr_schedule = lr_schedule
         self.steps = 0
+        self.skipped_steps = 0
         if trainable:
+            params = [p for p in module.parameters() if p.requires_grad]
+            meshes = {p.device_mesh for p in params if isinstance(p, sharding.DTensor)}
             self.optimizer = torch.optim.AdamW(
-                [p for p in module.parameters() if p.requires_grad],
+                params,
                 lr=lr_schedule(0) if lr_schedule else lr,
                 betas=tuple(betas),
                 eps=eps,
                 weight_decay=weight_decay,
-                foreach=False if mesh is not None else None,  # params may live on several meshes
+                foreach=False if len(meshes) > 1 else None,  # foreach cannot mix DTensor meshes
             )
 
-    def _shard(self, module, mesh, trainable: bool) -> None:
-        tp, dp = mesh["tp"].size(), mesh["dp"].size()
-        if tp > 1:
-            sharding.check_tp_divides(module.config, tp)
-            sharding.apply_tensor_parallel(module, mesh["tp"])
-        if self.fsdp:
-            # FSDP's policy casts for compute; autocast is not used on top of it
-            sharding.apply_fsdp(module, mesh["dp"], param_dtype=self.autocast_dtype)
-            self.autocast_dtype = None
-        elif trainable and dp > 1:
-            self.grad_sync_group = mesh["dp"].get_group()
+    @staticmethod
+    def _multi_rank(group) -> bool:
+        return (group is not None and dist.is_available() and dist.is_initialized()
+                and dist.get_world_size(group) > 1)
 
     def _gathered(self):
         """All-gather FSDP shards once around a run of forwards (log-probs, generate)."""
@@ -257,8 +249,8 @@ class CausalLMEngine:
     ) -> Dict[str, float]:
         """Clear grads, then forward + backward every micro-batch; grads are left in `param.grad`.
 
-        DDP all-reduces only on the last micro-batch. An empty micro-batch runs a zero loss so every rank runs
-        the same number of backward passes. Returns loss_fn's metrics averaged over the non-empty micro-batches.
+        Data-parallel gradients are reduced once, on the last micro-batch. An empty micro-batch runs a zero
+        loss so every rank runs the same number of backward passes. Returns loss_fn's metrics averaged over the non-empty micro-batches.
         """
         if not self.trainable:
             raise RuntimeError("this engine was built with trainable=False")
@@ -270,23 +262,20 @@ class CausalLMEngine:
         counts: Dict[str, int] = {}
         for k, mb in enumerate(mbs):
             last = k == len(mbs) - 1
-            if self.fsdp:
-                self.module.set_requires_gradient_sync(last)  # reduce-scatter once, after the last
-            sync_ctx = self.model.no_sync() if (self.is_ddp and not last) else contextlib.nullcontext()
-            with sync_ctx:
-                if mb:
-                    lps, ents = self._micro_batch_scores(
-                        self.model, prompts, responses, mb, with_entropy, temperature
-                    )
-                    loss_sum, metrics = loss_fn(mb, lps, ents)
-                    for key, value in (metrics or {}).items():
-                        sums[key] = sums.get(key, 0.0) + _to_float(value)
-                        counts[key] = counts.get(key, 0) + 1
-                else:
-                    loss_sum = self._empty_loss()
-                (loss_sum * scale).backward()
-        if self.grad_sync_group is not None:
-            sharding.all_reduce_grads(self._trainable_params(), self.grad_sync_group)
+            if isinstance(self.module, sharding.FSDPModule):
+                self.module.set_requires_gradient_sync(last)  # reduce once, after the last
+            if mb:
+                lps, ents = self._micro_batch_scores(
+                    self.model, prompts, responses, mb, with_entropy, temperature
+                )
+                loss_sum, metrics = loss_fn(mb, lps, ents)
+                for key, value in (metrics or {}).items():
+                    sums[key] = sums.get(key, 0.0) + _to_float(value)
+                    counts[key] = counts.get(key, 0) + 1
+            else:
+                loss_sum = self._empty_loss()
+            (loss_sum * scale).backward()
+        sharding.sync_tp_grads(self.module)
         return {key: sums[key] / counts[key] for key in sums}
 
     def train_step(
@@ -302,20 +291,21 @@ class CausalLMEngine:
     ) -> Dict[str, float]:
         """One optimizer step over the mini-batch: compute_grads, clip, AdamW step, clear grads.
 
-        A non-finite grad norm skips the step. Adds "actor/grad_norm" and "actor/lr" to the metrics.
+        A non-finite grad norm skips the optimizer step (counted in "actor/skipped_steps", cumulative).
+        Adds "actor/grad_norm", "actor/lr" and "actor/skipped_steps" to the metrics.
         """
         metrics = self.compute_grads(
             prompts, responses, micro_batches, loss_fn, token_count, dp_size, with_entropy, temperature
         )
         params = self._trainable_params()
         max_norm = self.clip_grad if self.clip_grad and self.clip_grad > 0 else float("inf")
-        if self.mesh is not None:
-            grad_norm = sharding.clip_grads(params, max_norm)
-        else:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        grad_norm = sharding.clip_grads(params, max_norm)
         metrics["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
         if math.isfinite(grad_norm):
             self.optimizer.step()
+        else:
+            self.skipped_steps += 1  # a non-finite gradient norm: no update
+        metrics["actor/skipped_steps"] = float(self.skipped_steps)
         self.zero_grad()
         self.steps += 1
         if self.lr_schedule is not None:
@@ -426,9 +416,10 @@ class CausalLMEngine:
     def state_dict_for_save(self) -> Dict[str, Tensor]:
         """Full state dict of the unwrapped module (no DDP prefix). When sharded,
         shards are gathered (every rank calls it) and only global rank 0 gets them."""
-        if self.mesh is not None:
+        if self.fsdp or sharding.mesh_dim(self.mesh, "tp") is not None:
             return sharding.full_state_dict(self.module)
-        return self.module.state_dict()
+        # unsharded or replicated: every rank holds the full values
+        return {k: sharding.local(v) for k, v in self.module.state_dict().items()}
 
     def save(self, path: str) -> None:
         """save_pretrained of the full model; every rank calls it, global rank 0 writes."""

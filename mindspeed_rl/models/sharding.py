@@ -1,29 +1,52 @@
-"""Model-state sharding with PyTorch's own engine.
+"""Model-state parallelism with PyTorch's own engine, one entry point for every layout.
 
-Tensor parallel: DTensor over the mesh's ``tp`` dimension, per decoder layer
-(attention q/k/v and MLP gate/up column-wise, o/down row-wise). FSDP2
-(``fully_shard``) over the ``dp`` dimension, per decoder layer, then the
-root: parameters, gradients and optimizer state sharded. ``TP_PLAN`` and
-``planned_local_numel`` are also what the memory plan counts with, and a test
-holds them to what the engine really allocates.
+``parallelize(module, mesh, spec)`` applies, as torchtitan does:
+tensor parallel with DTensor over the mesh's ``tp`` dimension, from the HF
+model config's own ``base_model_tp_plan`` (``TP_PLAN`` below only where a
+model has none); then, over ``dp``, FSDP2 (``fully_shard`` per decoder layer
+and the root: parameters, gradients and optimizer state sharded) or
+``replicate`` (DDP semantics). ``tp_plan`` and ``planned_local_numel`` are
+also what the memory plan counts with, and a test holds them to what the
+engine really allocates.
+
+Styles of an HF plan that target something other than an ``nn.Linear``
+(MoE expert tensors: ``packed_colwise``, ``moe_tp_experts``) are not split:
+those weights stay replicated over tp and FSDP shards them over dp.
 """
 import contextlib
+import fnmatch
 import math
+from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-# decoder-layer linear -> split; column-wise splits weight dim 0 (and bias), row-wise weight dim 1
+# fallback plan, relative to a decoder layer: column-wise splits weight dim 0 (and bias), row-wise weight dim 1
 TP_PLAN = {
     "self_attn.q_proj": "colwise", "self_attn.k_proj": "colwise", "self_attn.v_proj": "colwise",
     "self_attn.o_proj": "rowwise",
     "mlp.gate_proj": "colwise", "mlp.up_proj": "colwise", "mlp.down_proj": "rowwise",
 }
+# HF plan style -> ours: colwise / rowwise split an nn.Linear; grad_sum keeps the weight whole on
+# every tp rank and sums its gradient over tp (it sees only the local heads, e.g. Qwen3's q_norm)
+HF_STYLES = {"colwise": "colwise", "colwise_rep": "colwise_rep", "rowwise": "rowwise", "rowwise_rep": "rowwise",
+             "replicated_with_grad_allreduce": "grad_sum"}
+# HF styles for MoE expert tensors, which we leave replicated over tp (FSDP shards them over dp)
+HF_EXPERT_STYLES = ("packed_colwise", "moe_tp_experts", "local_colwise", "local_rowwise", "local",
+                    "local_packed_rowwise", "ep_router", "grouped_gemm", "gather")
+
+
+@dataclass(frozen=True)
+class ParallelSpec:
+    """How ``parallelize`` lays a model over a (dp, tp) mesh."""
+    fsdp: bool = False                          # shard over dp (FSDP2); False: replicate over dp
+    param_dtype: Optional[torch.dtype] = None   # compute dtype under FSDP (e.g. bf16), None: as stored
+    reduce_dtype: torch.dtype = torch.float32   # gradient reduction dtype
 
 
 def build_mesh(device_type: str, dp: int, tp: int) -> DeviceMesh:
@@ -31,33 +54,154 @@ def build_mesh(device_type: str, dp: int, tp: int) -> DeviceMesh:
     return init_device_mesh(device_type, (dp, tp), mesh_dim_names=("dp", "tp"))
 
 
+def mesh_from_group(group, device_type: str) -> DeviceMesh:
+    """A 1-D ``dp`` mesh over an existing process group (the DDP engine's data-parallel group)."""
+    return DeviceMesh.from_group(group, device_type, mesh_dim_names=("dp",))
+
+
+def mesh_dim(mesh: Optional[DeviceMesh], name: str) -> Optional[DeviceMesh]:
+    """The ``name`` sub-mesh when the mesh has that dimension with more than one rank, else None."""
+    if mesh is None or name not in (mesh.mesh_dim_names or ()):
+        return None
+    sub = mesh[name] if mesh.ndim > 1 else mesh
+    return sub if sub.size() > 1 else None
+
+
 def decoder_layers(module) -> List[torch.nn.Module]:
     return list(module.model.layers)
 
 
-def check_tp_divides(config, tp: int, error_cls=ValueError):
-    """TP must split attention heads, KV heads and the MLP evenly."""
-    for name in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
-        value = getattr(config, name)
-        if value % tp:
+def _hf_plan(config) -> Dict[str, str]:
+    plan = dict(getattr(config, "base_model_tp_plan", None) or {})
+    return {k: v for k, v in plan.items() if k.startswith("layers.")}
+
+
+def tp_plan(module) -> Dict[str, str]:
+    """Module name (from the causal LM root) -> 'colwise' | 'colwise_rep' | 'rowwise' | 'grad_sum',
+    for every decoder-layer module tensor parallel touches; from the config's ``base_model_tp_plan``
+    (HF names relative to the base model), else TP_PLAN. Works on a meta-device model."""
+    hf = _hf_plan(module.config)
+    out: Dict[str, str] = {}
+    base = module.model
+    if hf:
+        for name, sub in base.named_modules():
+            style = next((v for k, v in hf.items() if fnmatch.fnmatchcase(name, k)
+                          and name.count(".") == k.count(".")), None)
+            if style is None or style in HF_EXPERT_STYLES:
+                continue
+            if style not in HF_STYLES:
+                raise ValueError(f"tensor parallel: {type(module.config).__name__}.base_model_tp_plan gives "
+                                 f"style {style!r} for {name}, which this engine cannot apply; "
+                                 f"known: {sorted(HF_STYLES)} (expert styles stay replicated over tp)")
+            kind = HF_STYLES[style]
+            if kind != "grad_sum" and not isinstance(sub, torch.nn.Linear):
+                continue  # e.g. expert tensors under a linear-style name: replicated over tp
+            out[f"model.{name}"] = kind
+        return out
+    for i, layer in enumerate(base.layers):
+        for name, sub in layer.named_modules():
+            if name in TP_PLAN and isinstance(sub, torch.nn.Linear):
+                out[f"model.layers.{i}.{name}"] = TP_PLAN[name]
+    return out
+
+
+def check_tp_divides(module_or_config, tp: int, error_cls=ValueError, plan: Optional[Dict[str, str]] = None):
+    """TP must split whole heads and every split linear evenly. Given a config only, the
+    attention heads and MLP width are checked (the fallback plan's needs)."""
+    if tp <= 1:
+        return
+    config = getattr(module_or_config, "config", module_or_config)
+    if plan is None and hasattr(module_or_config, "model"):
+        plan = tp_plan(module_or_config)
+    splits_attention = plan is None or any(".self_attn." in n and k != "grad_sum" for n, k in plan.items())
+    names = ("num_attention_heads", "num_key_value_heads") if splits_attention else ()
+    if plan is None:
+        names += ("intermediate_size",)
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None and value % tp:
             raise error_cls(f"tensor_model_parallel_size={tp} does not divide the model's {name}={value}")
+    if plan is None:
+        return
+    modules = dict(module_or_config.named_modules())
+    for name, kind in plan.items():
+        sub = modules[name]
+        if kind == "grad_sum":
+            continue
+        dim, size = ("out_features", sub.out_features) if kind.startswith("colwise") else \
+            ("in_features", sub.in_features)
+        if size % tp:
+            raise error_cls(f"tensor_model_parallel_size={tp} does not divide {name}.{dim}={size}")
 
 
-def apply_tensor_parallel(module, tp_mesh: DeviceMesh):
-    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
-    plan = {name: styles[kind]() for name, kind in TP_PLAN.items()}
-    for layer in decoder_layers(module):
-        parallelize_module(layer, tp_mesh, plan)
+def _tp_style(kind: str):
+    if kind == "colwise":
+        return ColwiseParallel()
+    if kind == "colwise_rep":
+        return ColwiseParallel(output_layouts=Replicate())
+    return RowwiseParallel()
+
+
+def apply_tensor_parallel(module, tp_mesh: DeviceMesh) -> List[torch.nn.Parameter]:
+    """Split the decoder layers over ``tp_mesh`` by ``tp_plan``; returns the parameters whose
+    gradients must be summed over tp after backward (``grad_sum``)."""
+    plan = tp_plan(module)
+    check_tp_divides(module, tp_mesh.size(), plan=plan)
+    styles = {name: _tp_style(kind) for name, kind in plan.items() if kind != "grad_sum"}
+    if styles:
+        parallelize_module(module, tp_mesh, styles)
+    modules = dict(module.named_modules())
+    return [p for name, kind in plan.items() if kind == "grad_sum" for p in modules[name].parameters()]
+
+
+def _mp_policy(spec: ParallelSpec) -> MixedPrecisionPolicy:
+    if spec.param_dtype is None:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=spec.param_dtype, reduce_dtype=spec.reduce_dtype)
 
 
 def apply_fsdp(module, dp_mesh: DeviceMesh, param_dtype: Optional[torch.dtype] = None):
     """FSDP2 per decoder layer, then the root; ``param_dtype`` computes in
     lower precision while reducing gradients and keeping master weights in fp32."""
-    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else \
-        MixedPrecisionPolicy()
+    policy = _mp_policy(ParallelSpec(fsdp=True, param_dtype=param_dtype))
     for layer in decoder_layers(module):
         fully_shard(layer, mesh=dp_mesh, mp_policy=policy)
     fully_shard(module, mesh=dp_mesh, mp_policy=policy)
+
+
+def apply_replicate(module, dp_mesh: DeviceMesh):
+    """DDP semantics over ``dp_mesh``: the whole model one group, one all-reduce per step."""
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+    replicate(module, mesh=dp_mesh)
+
+
+def parallelize(module, mesh: Optional[DeviceMesh], spec: ParallelSpec = ParallelSpec()) -> None:
+    """Lay ``module`` (an HF causal LM) over ``mesh``: DTensor TP over ``tp`` (when > 1), then FSDP2
+    (``spec.fsdp``) or replicate over ``dp`` (when > 1). Records on the module the parameters whose
+    gradients ``sync_tp_grads`` sums over tp."""
+    tp_mesh, dp_mesh = mesh_dim(mesh, "tp"), mesh_dim(mesh, "dp")
+    module._msrl_tp_grad_sum = apply_tensor_parallel(module, tp_mesh) if tp_mesh is not None else []
+    module._msrl_tp_group = tp_mesh.get_group() if tp_mesh is not None else None
+    if dp_mesh is None:
+        if spec.fsdp:
+            raise ValueError("FSDP needs a data-parallel size above 1 in the mesh's 'dp' dimension")
+        return
+    if spec.fsdp:
+        apply_fsdp(module, dp_mesh, spec.param_dtype)
+    elif any(p.requires_grad for p in module.parameters()):
+        apply_replicate(module, dp_mesh)  # a frozen replica needs no gradient reduction
+
+
+def sync_tp_grads(module) -> None:
+    """Sum over tp the gradients of the ``grad_sum`` parameters (one collective)."""
+    params = [p for p in getattr(module, "_msrl_tp_grad_sum", []) if p.grad is not None]
+    if not params:
+        return
+    grads = [local(p.grad) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=module._msrl_tp_group)
+    for g, part in zip(grads, torch.split(flat, [g.numel() for g in grads])):
+        g.copy_(part.view_as(g))
 
 
 def fsdp_modules(module) -> List[FSDPModule]:
@@ -94,36 +238,74 @@ def optimizer_state_bytes(optimizer) -> int:
                        if torch.is_tensor(v) and v.dim() > 0)
 
 
+def _copies(tensor: torch.Tensor, world: int) -> int:
+    """Ranks (of ``world``) holding the same local values: a DTensor's shard is unique over its
+    Shard dims and repeated over the rest of the world; a plain tensor is the same everywhere."""
+    if not isinstance(tensor, DTensor):
+        return world
+    # Shard and FSDP's _StridedShard (which is not a Shard subclass) both split the values
+    unique = math.prod(tensor.device_mesh.size(d) for d, pl in enumerate(tensor.placements)
+                       if not pl.is_replicate())
+    return max(1, world // unique)
+
+
+def _norm_group(params: List[torch.nn.Parameter]):
+    # the process group spanning every rank that holds a piece of the parameters (None: one process)
+    if not (dist.is_available() and dist.is_initialized()):
+        return None, 1
+    meshes = {p.device_mesh for p in params if isinstance(p, DTensor)}
+    if not meshes:
+        return None, 1
+    ranks = set()
+    for mesh in meshes:
+        ranks.update(int(r) for r in mesh.mesh.flatten().tolist())
+    # sub-meshes of one (dp, tp) mesh: the union of peers is the whole run's mesh
+    world = dist.get_world_size()
+    if len(ranks) < world and any(m.ndim == 2 for m in meshes):
+        ranks = set(int(r) for m in meshes if m.ndim == 2 for r in m.mesh.flatten().tolist())
+    if len(ranks) == world:
+        return dist.group.WORLD, world
+    return None, 1  # params on sub-meshes only: compute per process (not used by our layouts)
+
+
 def grad_norm(params: List[torch.nn.Parameter]) -> float:
-    """Global L2 norm of the gradients, DTensor aware (each shard counted once)."""
-    total = 0.0
+    """Global L2 norm of the gradients: foreach norms of the local shards, each weighted by the
+    number of ranks holding the same values, then ONE all-reduce (DTensor aware)."""
+    group, world = _norm_group(params)
+    by_copies: Dict[Tuple[int, torch.device, torch.dtype], List[torch.Tensor]] = {}
+    device = None
     for p in params:
         if p.grad is None:
             continue
-        norm = torch.linalg.vector_norm(p.grad.float())
-        norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
-        total += float(norm) ** 2
-    return math.sqrt(total)
+        g = local(p.grad)
+        device = g.device
+        by_copies.setdefault((_copies(p.grad, world), g.device, g.dtype), []).append(g)
+    if device is None:
+        return 0.0
+    total = torch.zeros((), dtype=torch.float32, device=device)
+    for (copies, dev, _), grads in by_copies.items():
+        norms = torch._foreach_norm(grads, 2.0)
+        sq = torch.stack([n.float() for n in norms]).pow(2).sum()
+        total = total + sq.to(device) / copies
+    if group is not None:
+        dist.all_reduce(total, group=group)
+    return math.sqrt(float(total))
 
 
 def clip_grads(params: List[torch.nn.Parameter], max_norm: float) -> float:
+    """Scale gradients so their global norm is at most ``max_norm`` (foreach); returns the norm
+    before clipping. A non-finite norm leaves the gradients as they are (the step is skipped)."""
     norm = grad_norm(params)
     if math.isfinite(norm) and norm > max_norm:
         scale = max_norm / (norm + 1e-6)
+        groups: Dict[Tuple[torch.device, torch.dtype], List[torch.Tensor]] = {}
         for p in params:
             if p.grad is not None:
-                p.grad.mul_(scale)
+                g = local(p.grad)
+                groups.setdefault((g.device, g.dtype), []).append(g)
+        for grads in groups.values():
+            torch._foreach_mul_(grads, scale)
     return norm
-
-
-def all_reduce_grads(params: List[torch.nn.Parameter], group) -> None:
-    """Average gradients over ``group`` (data parallel without FSDP, e.g. TP only)."""
-    size = dist.get_world_size(group)
-    for p in params:
-        if p.grad is not None:
-            g = local(p.grad)
-            dist.all_reduce(g, group=group)
-            g.div_(size)
 
 
 def _chunk(n: int, parts: int, index: int) -> int:
@@ -132,14 +314,18 @@ def _chunk(n: int, parts: int, index: int) -> int:
     return max(0, min(size, n - size * index))
 
 
-def planned_local_numel(name: str, shape: Tuple[int, ...], dp: int, tp: int, dp_rank: int = 0,
-                        tp_rank: int = 0, fsdp: bool = True) -> int:
-    """Elements of parameter ``name`` held by rank (dp_rank, tp_rank): the TP
-    split of TP_PLAN, then FSDP's dim-0 split over dp."""
-    shape = list(shape)
-    kind = next((k for suffix, k in TP_PLAN.items() if name.endswith(f"{suffix}.weight")
+def _fallback_kind(name: str) -> Optional[str]:
+    return next((k for suffix, k in TP_PLAN.items() if name.endswith(f"{suffix}.weight")
                  or name.endswith(f"{suffix}.bias")), None)
-    if kind == "colwise" and tp > 1:
+
+
+def planned_local_numel(name: str, shape: Tuple[int, ...], dp: int, tp: int, dp_rank: int = 0,
+                        tp_rank: int = 0, fsdp: bool = True, plan: Optional[Dict[str, str]] = None) -> int:
+    """Elements of parameter ``name`` held by rank (dp_rank, tp_rank): the TP split of ``plan``
+    (``tp_plan(model)``; TP_PLAN by name suffix when None), then FSDP's dim-0 split over dp."""
+    shape = list(shape)
+    kind = plan.get(name.rsplit(".", 1)[0]) if plan is not None else _fallback_kind(name)
+    if kind in ("colwise", "colwise_rep") and tp > 1:
         shape[0] = _chunk(shape[0], tp, tp_rank)
     elif kind == "rowwise" and tp > 1 and len(shape) == 2:
         shape[1] = _chunk(shape[1], tp, tp_rank)

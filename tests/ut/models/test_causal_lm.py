@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from mindspeed_rl.models import sharding
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 
 EOS = 3
@@ -55,7 +55,8 @@ def _make_loss_fn(advantages, local_to_global=None):
 
 
 def _grads(engine):
-    return {name: p.grad.detach().clone() for name, p in engine.module.named_parameters()}
+    # replicated (DTensor) gradients hold the full values on every rank
+    return {name: sharding.local(p.grad).detach().clone() for name, p in engine.module.named_parameters()}
 
 
 def _assert_grads_close(a, b, atol=1e-6):
@@ -149,14 +150,15 @@ def _ddp_worker(rank, world, init_file, model_dir, out_dir):
             model_dir, torch.device("cpu"), use_remove_padding=True, process_group=dist.group.WORLD
         )
         assert engine.is_ddp
-        # count gradient all-reduces: only the last micro-batch of a step may sync (one bucket here)
+        # count gradient all-reduces: only the last micro-batch of a step may sync (one group here)
         calls = []
+        all_reduce = dist.all_reduce
 
-        def counting_hook(state, bucket):
+        def counting_all_reduce(*args, **kwargs):
             calls.append(1)
-            return allreduce_hook(state, bucket)
+            return all_reduce(*args, **kwargs)
 
-        engine.model.register_comm_hook(dist.group.WORLD, counting_hook)
+        dist.all_reduce = counting_all_reduce
         # (samples per rank, local micro-batches per rank); same micro-batch count on both ranks
         scenarios = {
             "a": ([[0, 1, 2], [3]], [[[0, 1], [2]], [[0], []]]),
