@@ -515,17 +515,26 @@ def main():
     ray_on = [r for r in ray_rows if r["balance"] is True]
     ray_equal = [sorted(map(tuple, r["groups"])) == sorted(map(tuple, off["groups"])) for r in ray_on]
     print()
-    print("== TARGETS ==" + (" (set for the full run: 2,048 x 8 rows, 64 ranks; --quick is a smoke test)"
-                             if args.quick else ""))
-    print(f"speed      : {'PASS' if speedup >= SPEEDUP_TARGET else 'FAIL'}  balanced round (a) {a['total_ms']:.1f} ms "
+    print("== TARGETS ==" + (" (--quick: the round-time targets are set for the full run, 2,048 x 8 rows and "
+                             "64 ranks, and print INFO; equal and reply are judged)" if args.quick else ""))
+    judged = []  # (name, ok) of every target printed PASS or FAIL: the exit code follows them
+
+    def mark(name, ok, scale_bound=True):
+        """PASS/FAIL, or INFO for a round-time target in a --quick run (set for the full size)."""
+        if args.quick and scale_bound:
+            return "INFO"
+        judged.append((name, bool(ok)))
+        return "PASS" if ok else "FAIL"
+
+    print(f"speed      : {mark('speed', speedup >= SPEEDUP_TARGET)}  balanced round (a) {a['total_ms']:.1f} ms "
           f"vs seed approach (c) {c['total_ms']:.1f} ms = {speedup:.1f}x cheaper; target >= {SPEEDUP_TARGET:.0f}x")
-    print(f"overhead   : {'PASS' if overhead < OVERHEAD_TARGET else 'FAIL'}  balanced round (a) {a['total_ms']:.1f} ms "
+    print(f"overhead   : {mark('overhead', overhead < OVERHEAD_TARGET)}  balanced round (a) {a['total_ms']:.1f} ms "
           f"vs unbalanced (b) {b['total_ms']:.1f} ms = {100 * overhead:+.1f}%; target < +{100 * OVERHEAD_TARGET:.0f}% "
           f"(totals of all {ranks} calls, in-process)")
     print(f"             of which the plan (a first call) {a['first_ms']:.1f} ms vs (b) first call "
           f"{b['first_ms']:.1f} ms; the other {ranks - 1} calls (a) {a['rest_ms']:.1f} ms vs (b) {b['rest_ms']:.1f} ms "
           f"= {100 * rest_overhead:+.1f}%; offline balancer alone {off['total_ms']:.1f} ms")
-    print(f"equal      : {'PASS' if served_equal else 'FAIL'}  served imbalance (a) {100 * a['imbalance']:.4f}% vs "
+    print(f"equal      : {mark('equal', served_equal, scale_bound=False)}  served imbalance (a) {100 * a['imbalance']:.4f}% vs "
           f"offline get_seqlen_balanced_partitions(groups, {ranks}, True) balance_stats imbalance "
           f"{100 * off_imb:.4f}%; served shares == offline partitions: {same_groups}")
     print(f"             offline: max {off['stats']['max']:.0f}, min {off['stats']['min']:.0f}, mean "
@@ -535,23 +544,20 @@ def main():
               f"offline: {all(ray_equal)}")
     print(f"   (quality context: random (b) {100 * b['imbalance']:.3f}%, seed approach (c) "
           f"{100 * c['imbalance']:.3f}%, ours (a) {100 * a['imbalance']:.4f}%)")
-    verdicts = [speedup >= SPEEDUP_TARGET, overhead < OVERHEAD_TARGET, served_equal]
     if ray_rows:
         on = next(r for r in ray_rows if r["balance"] is True)
         off_ray = next(r for r in ray_rows if r["balance"] is False)
         seed_ray = next(r for r in ray_rows if r["balance"] == "seed")
         ray_speed = seed_ray["total_ms"] / on["total_ms"]
         ray_ratio = on["total_ms"] / off_ray["total_ms"]
-        verdicts += [ray_speed >= RAY_SPEEDUP_TARGET, ray_ratio <= RAY_ON_OFF_TARGET]
-        print(f"ray speed  : {'PASS' if verdicts[-2] else 'FAIL'}  Ray balanced round {on['total_ms']:.1f} ms vs the seed "
+        print(f"ray speed  : {mark('ray speed', ray_speed >= RAY_SPEEDUP_TARGET)}  Ray balanced round {on['total_ms']:.1f} ms vs the seed "
               f"approach through the same Ray actor setup (re-partition per call, lists of tensors) "
               f"{seed_ray['total_ms']:.1f} ms = {ray_speed:.1f}x; target >= {RAY_SPEEDUP_TARGET:.0f}x")
-        print(f"ray on/off : {'PASS' if verdicts[-1] else 'FAIL'}  Ray balanced {on['total_ms']:.1f} ms / unbalanced "
+        print(f"ray on/off : {mark('ray on/off', ray_ratio <= RAY_ON_OFF_TARGET)}  Ray balanced {on['total_ms']:.1f} ms / unbalanced "
               f"{off_ray['total_ms']:.1f} ms = {ray_ratio:.2f}x; target <= {RAY_ON_OFF_TARGET}x")
         tr = run_transport(args.repeats)
         plain, col = statistics.median(tr["plain"]), statistics.median(tr["columnar"])
-        verdicts.append(col <= REPLY_TARGET * plain)
-        print(f"reply      : {'PASS' if verdicts[-1] else 'FAIL'}  {ROWS_PER_CALL}-row reply ({tr['reply_bytes'] / 2**20:.1f} "
+        print(f"reply      : {mark('reply', col <= REPLY_TARGET * plain, scale_bound=False)}  {ROWS_PER_CALL}-row reply ({tr['reply_bytes'] / 2**20:.1f} "
               f"MiB: prompts, responses, 3 log-prob columns) through Ray: lists of tensors {1e3 * plain:.1f} ms "
               f"(min-max {1e3 * min(tr['plain']):.1f}-{1e3 * max(tr['plain']):.1f}), one buffer per column "
               f"{1e3 * col:.1f} ms ({1e3 * min(tr['columnar']):.1f}-{1e3 * max(tr['columnar']):.1f}) = "
@@ -562,7 +568,7 @@ def main():
               f"(medians of {len(tr['put'])}; min-max put {1e3 * min(tr['put']):.0f}-{1e3 * max(tr['put']):.0f} ms, "
               f"get {1e3 * min(tr['get']):.0f}-{1e3 * max(tr['get']):.0f} ms)")
     print(f"wall time: {time.perf_counter() - t_start:.1f} s")
-    failed = not all(verdicts)
+    failed = [name for name, ok in judged if not ok]
 
     if args.json:
         keep = ("method", "total_ms", "first_ms", "rest_ms", "totals_ms", "imbalance")
@@ -579,8 +585,8 @@ def main():
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2))
         print(f"saved {args.json}")
-    if failed and not args.quick:
-        print("some targets FAILED", file=sys.stderr)
+    if failed:
+        print(f"targets FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
 

@@ -11,7 +11,8 @@ STAGES = ("rollout", "ref_log_prob", "actor_log_prob", "update")
 
 
 def main(path: str) -> int:
-    rows = [json.loads(line) for line in open(path, encoding="utf-8")]
+    rows = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    rows = [r for r in rows if "iteration" in r]  # resume markers carry no iteration
     if not rows:
         print(f"error: {path} holds no iterations", file=sys.stderr)
         return 2
