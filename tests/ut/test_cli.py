@@ -103,3 +103,44 @@ def test_help_shows_the_output_dir_default(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "(default: outputs/grpo)" in " ".join(capsys.readouterr().out.split())
+
+
+UPSTREAM = os.path.join(ROOT, "tests", "data", "upstream_configs")
+QWEN3_8B_TINY = [f"model.qwen3_8b.{k}={v}" for k, v in (
+    ("num_layers", 2), ("hidden_size", 64), ("ffn_hidden_size", 128), ("num_attention_heads", 4),
+    ("num_query_groups", 2), ("padded_vocab_size", 256), ("max_position_embeddings", 256))] + [
+    "megatron_training.global_batch_size=4", "megatron_training.seq_length=64", "rl_config.max_prompt_length=32",
+    "rl_config.mini_batch_size=4", "rl_config.n_samples_per_prompt=2", "rl_config.actor_resource.num_npus=4",
+    "generate_config.max_model_len=64", "generate_config.sampling_config.max_tokens=32"]
+
+
+def test_dry_run_prints_config_plan_and_memory_without_ray(capsys):
+    path = os.path.join(UPSTREAM, "2f84bab", "configs", "grpo_qwen25_7b_A3.yaml")  # upstream's file, unchanged
+    assert main(["--config", path, "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "note: megatron_training.use_fused_rmsnorm=True is not implemented" in out
+    assert "model: qwen25_7b: num_layers=28 hidden_size=3584" in out
+    assert "layout asked: TP=2 x PP=2 x DP=4; runs: DP=8 x TP=2 (fsdp engine)" in out
+    assert "run plan: layout DP=8 TP=2 (16 workers, fsdp engine); 256 rows per round" in out
+    assert "memory plan: DP=8 TP=2 (16 devices, fsdp engine), per rank:" in out and "fits: 64 GB yes" in out
+    assert out.rstrip().endswith("nothing was started")
+    assert err.count("layout: the config asks for TP=2 x PP=2 x DP=4") == 1
+    assert not ray.is_initialized()
+
+
+def test_dry_run_of_upstream_qwen3_8b_shrunk_by_overrides(capsys):
+    path = os.path.join(UPSTREAM, "05a90d7", "configs", "grpo_qwen3_8b_A3.yaml")
+    rc = main(["--config", path, "--dry-run", *QWEN3_8B_TINY])
+    out, err = capsys.readouterr()
+    if rc == 2 and "Qwen2-shaped" in err:
+        pytest.xfail("Qwen3 family not built yet (config_cls/model_arch.py)")
+    assert rc == 0, err
+    assert "qk_layernorm=True" in out and "layout asked: TP=2 x PP=2 x DP=1; runs: DP=2 x TP=2" in out
+    assert "run plan: layout DP=2 TP=2 (4 workers, fsdp engine); 8 rows per round" in out
+    assert not ray.is_initialized()
+
+
+def test_dry_run_config_error_is_one_line_exit_2(capsys):
+    assert main(["--config", TINY, "--dry-run", "rl_config.use_dp_batch_balanse=true"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: rl_config: unknown key 'use_dp_batch_balanse'; did you mean 'use_dp_batch_balance'?\n"
