@@ -88,7 +88,7 @@ def load_prompts(data_path: str, tokenizer=None, map_keys: Optional[Dict[str, st
 
 
 def tokenize_prompts(data_path: str, tokenizer, map_keys=None, prompt_type=None,
-                     system_prompt=None) -> Tuple[List[List[int]], List[List[int]]]:
+                     system_prompt=None, strict_shape: bool = False) -> Tuple[List[List[int]], List[List[int]]]:
     """Read raw files, render each prompt with its template and tokenize prompt and label.
 
     The system text of a sample is its mapped ``system`` column, else ``system_prompt``,
@@ -98,7 +98,7 @@ def tokenize_prompts(data_path: str, tokenizer, map_keys=None, prompt_type=None,
     from mindspeed_rl.datasets.templates import check_prompt_type, render_prompt
     prompt_type = prompt_type or "empty"
     check_prompt_type(prompt_type)
-    fields = map_fields(load_raw(data_path), map_keys, data_path)
+    fields = map_fields(load_raw(data_path), map_keys, data_path, strict_shape)
     if tokenizer is None:
         raise ValueError(f"data_path {data_path!r}: reading real data needs a tokenizer")
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731

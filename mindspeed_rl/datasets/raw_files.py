@@ -4,6 +4,8 @@ Files are read with the ``datasets`` library from local paths only. ``map_keys``
 follows the preprocessing recipes: ``prompt`` and ``response`` (the label) name
 columns of the file; optional ``query`` (appended to the prompt on a new line) and
 ``system`` (the sample's system text). An empty string means "not mapped".
+DAPO-Math-17k's shape is read too: a prompt column of chat messages and a
+response column of ``{"ground_truth": ...}`` dicts.
 """
 import os
 from typing import Dict, List, Optional
@@ -72,18 +74,40 @@ def check_map_keys(map_keys: Optional[Dict[str, str]]) -> Dict[str, str]:
     return keys
 
 
-def map_fields(ds, map_keys: Optional[Dict[str, str]], source: str) -> Dict[str, List[str]]:
-    """Columns ``prompt``, ``response`` and ``system`` as lists of strings."""
+def map_fields(ds, map_keys: Optional[Dict[str, str]], source: str,
+               strict_shape: bool = False) -> Dict[str, List[str]]:
+    """Columns ``prompt``, ``response`` and ``system`` as lists of strings (see ``_as_text``)."""
     keys = check_map_keys(map_keys)
     for role, column in keys.items():
         if column not in ds.column_names:
             raise ValueError(f"map_keys[{role!r}] = {column!r}: no such column in {source!r}; "
                              f"its columns are {ds.column_names}")
-    prompts = [str(v) for v in ds[keys["prompt"]]]
+    text = lambda role: [_as_text(v, role, keys[role], row, source, strict_shape)  # noqa: E731
+                         for row, v in enumerate(ds[keys[role]])]
+    prompts = text("prompt")
     if "query" in keys:
-        prompts = [p + "\n" + str(q) if q else p for p, q in zip(prompts, ds[keys["query"]])]
-    systems = [str(v) if v else "" for v in ds[keys["system"]]] if "system" in keys else [""] * len(prompts)
-    return {"prompt": prompts, "response": [str(v) for v in ds[keys["response"]]], "system": systems}
+        prompts = [p + "\n" + q if q else p for p, q in zip(prompts, text("query"))]
+    systems = text("system") if "system" in keys else [""] * len(prompts)
+    return {"prompt": prompts, "response": text("response"), "system": systems}
+
+
+def _as_text(value, role: str, column: str, row: int, source: str, strict_shape: bool) -> str:
+    """A cell as text. Chat-message lists (DAPO-Math-17k's ``prompt``) give the first
+    message's content; a dict with ``ground_truth`` (its ``reward_model``) gives that.
+    ``strict_shape`` (the Math17k handler) requires exactly these shapes for prompt and response."""
+    where = f"{source!r} row {row}, column {column!r} (map_keys[{role!r}])"
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "content" in m for m in value):
+        return str(value[0]["content"])
+    if isinstance(value, dict):
+        if "ground_truth" not in value:
+            raise ValueError(f"{where}: a dict without 'ground_truth' (keys {sorted(value)})")
+        return str(value["ground_truth"])
+    if strict_shape and role in ("prompt", "response"):
+        want = "a list of chat messages" if role == "prompt" else "a dict with 'ground_truth'"
+        raise ValueError(f"{where}: Math17kAlpacaStyleInstructionHandler expects {want}, got {value!r:.80}")
+    if isinstance(value, (list, dict)):
+        raise ValueError(f"{where}: expected text, got {value!r:.80}")
+    return "" if value is None else str(value)
 
 
 def train_split(num_rows: int, split: Optional[str]) -> int:
