@@ -1,16 +1,34 @@
 """Architecture keys of a model section (configs/model/<name>.yaml) and what they do.
 
-The engine runs HF Qwen2-shaped causal LMs. A model section either builds the
-tiny random checkpoint (``--tiny-model-dir``) or is checked against the
-checkpoint at ``model_path``: a key that disagrees with the checkpoint's
-``config.json`` is an error naming both values. Keys whose value the HF
-model cannot take are refused.
+The engine runs transformers' own causal LM classes. The family is picked
+from the model section's Megatron-style keys (``model_family``):
+``multi_latent_attention`` (or ``q_lora_rank``/``kv_lora_rank``) -> DeepSeek-V3,
+``num_experts`` -> Qwen3-MoE, ``qk_layernorm`` -> Qwen3, ``add_qkv_bias`` ->
+Qwen2, otherwise Llama. Without a model section it comes from the
+checkpoint's ``config.json`` (``architectures``). A model section either
+builds the tiny random checkpoint (``--tiny-model-dir``) or is checked against
+the checkpoint at ``model_path``: a key that disagrees with the checkpoint's
+``config.json`` (the family included) is an error naming both values. Keys
+whose value the HF model cannot take are refused.
+
+MoE and MLA keys are read with ``getattr`` and a default, so a MegatronConfig
+without those fields still works.
 """
 import json
 import os
 from typing import Dict
 
-# megatron key -> HF Qwen2Config attribute (init_method_std only builds the tiny checkpoint)
+# family (HF model_type) -> architectures entry of config.json
+FAMILIES = {
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "llama": "LlamaForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+}
+MOE_FAMILIES = ("qwen3_moe", "deepseek_v3")
+
+# megatron key -> HF config attribute, every family (init_method_std only builds the tiny checkpoint)
 MAPPED = {
     "num_layers": "num_hidden_layers",
     "hidden_size": "hidden_size",
@@ -21,42 +39,102 @@ MAPPED = {
     "norm_epsilon": "rms_norm_eps",
     "attention_dropout": "attention_dropout",
     "init_method_std": "initializer_range",
-    "kv_channels": "head_dim",
 }
+# per family, on top of MAPPED
+FAMILY_MAPPED = {
+    "qwen2": {"kv_channels": "head_dim"},
+    "qwen3": {"kv_channels": "head_dim"},
+    "llama": {"kv_channels": "head_dim"},
+    "qwen3_moe": {"kv_channels": "head_dim", "num_experts": "num_experts", "moe_router_topk": "num_experts_per_tok",
+                  "moe_ffn_hidden_size": "moe_intermediate_size", "norm_topk_prob": "norm_topk_prob",
+                  "moe_aux_loss_coeff": "router_aux_loss_coef"},
+    "deepseek_v3": {"num_experts": "n_routed_experts", "moe_router_topk": "num_experts_per_tok",
+                    "moe_ffn_hidden_size": "moe_intermediate_size", "norm_topk_prob": "norm_topk_prob",
+                    "n_shared_experts": "n_shared_experts", "first_k_dense_replace": "first_k_dense_replace",
+                    "moe_router_num_groups": "n_group", "moe_router_group_topk": "topk_group",
+                    "moe_router_topk_scaling_factor": "routed_scaling_factor",
+                    "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+                    "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim",
+                    "v_head_dim": "v_head_dim"},
+}
+# keys that pick the family
+FAMILY_KEYS = ("multi_latent_attention", "qk_layernorm")
 # keys folded into other HF attributes: GQA -> num_key_value_heads, vocab -> vocab_size,
 # untie -> tie_word_embeddings (see hf_config_kwargs)
 DERIVED = ("group_query_attention", "num_query_groups", "vocab_size", "padded_vocab_size",
            "make_vocab_size_divisible_by", "untie_embeddings_and_output_weights")
-# the HF Qwen2 model has exactly these
+# every family's HF model has exactly these
 FIXED = {"position_embedding_type": "rope", "normalization": "RMSNorm", "swiglu": True,
-         "add_qkv_bias": True, "disable_bias_linear": True, "hidden_dropout": 0.0,
-         "attention_softmax_in_fp32": True}
-ARCH_KEYS = tuple(MAPPED) + DERIVED + tuple(FIXED)
+         "disable_bias_linear": True, "hidden_dropout": 0.0, "attention_softmax_in_fp32": True}
+# add_qkv_bias is what tells Qwen2 (biased q/k/v) from Llama; the others have no q/k/v bias
+QKV_BIAS = {"qwen2": True, "qwen3": False, "llama": False, "qwen3_moe": False, "deepseek_v3": False}
+ARCH_KEYS = tuple(dict.fromkeys(tuple(MAPPED) + tuple(k for m in FAMILY_MAPPED.values() for k in m)
+                                + FAMILY_KEYS + DERIVED + tuple(FIXED) + ("add_qkv_bias",)))
 
 
 def has_model_section(cfg) -> bool:
     return cfg.num_layers is not None
 
 
+def model_family(cfg) -> str:
+    """HF model_type of the model section (see the module docstring for the rule)."""
+    if getattr(cfg, "multi_latent_attention", False) or getattr(cfg, "q_lora_rank", None) \
+            or getattr(cfg, "kv_lora_rank", None):
+        return "deepseek_v3"
+    if getattr(cfg, "num_experts", None):
+        return "qwen3_moe"
+    if getattr(cfg, "qk_layernorm", False):
+        return "qwen3"
+    if getattr(cfg, "add_qkv_bias", False):
+        return "qwen2"
+    return "llama"
+
+
+def checkpoint_family(model_path: str) -> str:
+    """HF model_type of a checkpoint folder, from config.json (model_type, else architectures)."""
+    path = os.path.join(model_path, "config.json")
+    with open(path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    if cfg.get("model_type"):
+        return cfg["model_type"]
+    arch = (cfg.get("architectures") or [None])[0]
+    for family, name in FAMILIES.items():
+        if name == arch:
+            return family
+    raise ValueError(f"{path}: no model_type and unknown architectures={cfg.get('architectures')!r}; "
+                     f"known: {sorted(FAMILIES.values())}")
+
+
 def check_fixed(cfg, error_cls=ValueError):
-    """Refuse values the HF Qwen2 model cannot take (only with a model section)."""
+    """Refuse values the family's HF model cannot take (only with a model section)."""
     if not has_model_section(cfg):
         return
-    for key, wanted in FIXED.items():
-        value = getattr(cfg, key)
+    family = model_family(cfg)
+    wanted_all = dict(FIXED, add_qkv_bias=QKV_BIAS[family])
+    for key, wanted in wanted_all.items():
+        value = getattr(cfg, key, None)
         if key == "attention_softmax_in_fp32" and value is False:
             continue  # HF computes the softmax in fp32 either way
         if value != wanted:
-            raise error_cls(f"model key {key}={value!r} is not supported: the engine runs HF Qwen2-shaped "
-                            f"models, which need {key}={wanted!r}")
+            raise error_cls(f"model key {key}={value!r} is not supported: the model section describes a "
+                            f"{FAMILIES[family]} (transformers), which needs {key}={wanted!r}")
+    if family == "qwen3_moe" and not getattr(cfg, "qk_layernorm", False):
+        raise error_cls("model key num_experts is set but qk_layernorm is not: the MoE family run here is "
+                        "Qwen3-MoE (transformers), which has q/k layer norms; set qk_layernorm: true")
 
 
 def hf_config_kwargs(cfg) -> Dict:
-    """Qwen2Config keyword arguments given by the model section."""
+    """HF config keyword arguments given by the model section, with ``model_type`` (the family)."""
     if not has_model_section(cfg):
         return {}
-    out = {MAPPED[k]: getattr(cfg, k) for k in MAPPED if getattr(cfg, k) is not None}
-    out["num_key_value_heads"] = cfg.num_query_groups if cfg.group_query_attention else cfg.num_attention_heads
+    family = model_family(cfg)
+    mapped = dict(MAPPED, **FAMILY_MAPPED[family])
+    out = {"model_type": family}
+    out.update({hf: getattr(cfg, k) for k, hf in mapped.items() if getattr(cfg, k, None) is not None})
+    if family == "deepseek_v3":
+        out["num_key_value_heads"] = cfg.num_attention_heads  # MLA: one latent shared by all heads
+    else:
+        out["num_key_value_heads"] = cfg.num_query_groups if cfg.group_query_attention else cfg.num_attention_heads
     vocab = cfg.padded_vocab_size
     if vocab is None and cfg.vocab_size is not None:
         step = max(1, cfg.make_vocab_size_divisible_by)
@@ -75,8 +153,17 @@ def check_against_checkpoint(cfg, model_path: str, error_cls=ValueError):
         return
     with open(path, encoding="utf-8") as f:
         actual = json.load(f)
+    family = wanted.pop("model_type")
+    have = checkpoint_family(model_path)
+    if have != family:
+        raise error_cls(f"the model section describes a {FAMILIES[family]} ({family}) but the checkpoint "
+                        f"{path} is {have!r}: fix the model YAML (qk_layernorm, num_experts, "
+                        f"multi_latent_attention, add_qkv_bias pick the family) or model_path")
     if "head_dim" not in actual and "hidden_size" in actual and "num_attention_heads" in actual:
         actual["head_dim"] = actual["hidden_size"] // actual["num_attention_heads"]
+    rope = actual.get("rope_parameters") or actual.get("rope_scaling") or {}
+    if "rope_theta" not in actual and isinstance(rope, dict) and "rope_theta" in rope:
+        actual["rope_theta"] = rope["rope_theta"]  # transformers 5 keeps theta in rope_parameters
     actual.setdefault("tie_word_embeddings", True)  # HF's default
     wanted.pop("initializer_range", None)
     for attr, value in wanted.items():

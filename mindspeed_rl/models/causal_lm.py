@@ -299,7 +299,7 @@ class CausalLMEngine:
         )
         params = self._trainable_params()
         max_norm = self.clip_grad if self.clip_grad and self.clip_grad > 0 else float("inf")
-        grad_norm = sharding.clip_grads(params, max_norm)
+        grad_norm = sharding.clip_grads(params, max_norm, self.mesh)
         metrics["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
         if math.isfinite(grad_norm):
             self.optimizer.step()

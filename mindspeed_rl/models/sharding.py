@@ -249,29 +249,22 @@ def _copies(tensor: torch.Tensor, world: int) -> int:
     return max(1, world // unique)
 
 
-def _norm_group(params: List[torch.nn.Parameter]):
-    # the process group spanning every rank that holds a piece of the parameters (None: one process)
-    if not (dist.is_available() and dist.is_initialized()):
+def _norm_group(mesh: Optional[DeviceMesh]):
+    # the process group over every rank of the engine's mesh, and its size (None: one process)
+    if mesh is None or mesh.size() == 1:
         return None, 1
-    meshes = {p.device_mesh for p in params if isinstance(p, DTensor)}
-    if not meshes:
-        return None, 1
-    ranks = set()
-    for mesh in meshes:
-        ranks.update(int(r) for r in mesh.mesh.flatten().tolist())
-    # sub-meshes of one (dp, tp) mesh: the union of peers is the whole run's mesh
-    world = dist.get_world_size()
-    if len(ranks) < world and any(m.ndim == 2 for m in meshes):
-        ranks = set(int(r) for m in meshes if m.ndim == 2 for r in m.mesh.flatten().tolist())
-    if len(ranks) == world:
-        return dist.group.WORLD, world
-    return None, 1  # params on sub-meshes only: compute per process (not used by our layouts)
+    if mesh.ndim == 1:
+        return mesh.get_group(), mesh.size()
+    if dist.get_world_size() == mesh.size():
+        return dist.group.WORLD, mesh.size()
+    return mesh._flatten().get_group(), mesh.size()
 
 
-def grad_norm(params: List[torch.nn.Parameter]) -> float:
-    """Global L2 norm of the gradients: foreach norms of the local shards, each weighted by the
-    number of ranks holding the same values, then ONE all-reduce (DTensor aware)."""
-    group, world = _norm_group(params)
+def grad_norm(params: List[torch.nn.Parameter], mesh: Optional[DeviceMesh] = None) -> float:
+    """Global L2 norm of the gradients over the ranks of ``mesh``: foreach norms of the local
+    shards, each weighted by the number of ranks holding the same values, then ONE all-reduce
+    (DTensor aware). Without a mesh, this process's gradients only."""
+    group, world = _norm_group(mesh)
     by_copies: Dict[Tuple[int, torch.device, torch.dtype], List[torch.Tensor]] = {}
     device = None
     for p in params:
@@ -292,10 +285,10 @@ def grad_norm(params: List[torch.nn.Parameter]) -> float:
     return math.sqrt(float(total))
 
 
-def clip_grads(params: List[torch.nn.Parameter], max_norm: float) -> float:
+def clip_grads(params: List[torch.nn.Parameter], max_norm: float, mesh: Optional[DeviceMesh] = None) -> float:
     """Scale gradients so their global norm is at most ``max_norm`` (foreach); returns the norm
     before clipping. A non-finite norm leaves the gradients as they are (the step is skipped)."""
-    norm = grad_norm(params)
+    norm = grad_norm(params, mesh)
     if math.isfinite(norm) and norm > max_norm:
         scale = max_norm / (norm + 1e-6)
         groups: Dict[Tuple[torch.device, torch.dtype], List[torch.Tensor]] = {}

@@ -1,4 +1,5 @@
-"""A tiny Qwen2 model and word-level tokenizer over the toy-task vocabulary, built offline."""
+"""Tiny models of every supported family (transformers' own classes) and a word-level
+tokenizer over the toy-task vocabulary, built offline."""
 import os
 from typing import List
 
@@ -6,7 +7,7 @@ import torch
 from tokenizers import AddedToken, Tokenizer, decoders
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Digits, Sequence, WhitespaceSplit
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
 
 # token id == index in this list
 TOY_TOKENS: List[str] = (
@@ -72,12 +73,41 @@ def build_toy_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def build_tiny_checkpoint(path, seed: int = 0, **overrides) -> str:
-    """Save a randomly initialised tiny Qwen2 model plus its tokenizer under path; return path."""
+# tiny shapes per family (HF model_type); every field can be overridden
+TINY_FAMILY_DEFAULTS = {
+    "qwen2": {},
+    "qwen3": dict(head_dim=16),
+    "llama": dict(head_dim=16),
+    "qwen3_moe": dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                      norm_topk_prob=True, decoder_sparse_step=1),
+    "deepseek_v3": dict(num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16,
+                        qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, n_group=1,
+                        topk_group=1, rope_scaling=None),
+}
+
+
+def tiny_config(model_type: str = "qwen2", **overrides):
+    """HF config of a tiny model of family ``model_type`` (2 layers, 64 wide, the toy vocabulary)."""
+    if model_type not in TINY_FAMILY_DEFAULTS:
+        raise ValueError(f"model_type {model_type!r} has no tiny model; known: {sorted(TINY_FAMILY_DEFAULTS)}")
+    if model_type == "qwen2":
+        return tiny_qwen2_config(**overrides)
+    kwargs = dict(vocab_size=len(TOY_TOKENS), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, intermediate_size=128, max_position_embeddings=64,
+                  tie_word_embeddings=True, bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
+    kwargs.update(TINY_FAMILY_DEFAULTS[model_type])
+    kwargs.update(overrides)
+    return AutoConfig.for_model(model_type, **kwargs)
+
+
+def build_tiny_checkpoint(path, seed: int = 0, model_type: str = "qwen2", **overrides) -> str:
+    """Save a randomly initialised tiny model of family ``model_type`` plus the toy tokenizer
+    under path; return path. ``overrides`` are HF config fields (e.g. from model_arch.hf_config_kwargs)."""
     path = str(path)
     os.makedirs(path, exist_ok=True)
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(tiny_qwen2_config(**overrides))
+    model = AutoModelForCausalLM.from_config(tiny_config(model_type, **overrides))
     model.save_pretrained(path)
     build_toy_tokenizer().save_pretrained(path)
     return path

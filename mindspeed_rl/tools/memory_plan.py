@@ -3,9 +3,10 @@
     python -m mindspeed_rl.tools.memory_plan --config configs/grpo_qwen25_7b_A3.yaml [--device-gb 64 80 141]
 
 Parameters, gradients and optimizer state are counted with the engine's own
-sharding rules (models/sharding.py: TP_PLAN, then FSDP's dim-0 split), on a
-meta-device model built from the config's model section; a test holds these
-counts to the bytes the engine really allocates. Activations are an estimate.
+sharding rules (models/sharding.py: the model config's TP plan, then FSDP's
+dim-0 split), on a meta-device model of the section's family (transformers'
+own class: all parameters, MoE experts included); a test holds these counts
+to the bytes the engine really allocates. Activations are an estimate.
 """
 import argparse
 import sys
@@ -33,24 +34,26 @@ class MemoryPlan:
 def meta_model(actor_config):
     """The model of the config's model section, on the meta device (no memory)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from mindspeed_rl.config_cls.model_arch import hf_config_kwargs
     kwargs = hf_config_kwargs(actor_config)
     if not kwargs:
         raise ValueError("memory_plan needs a model section (configs/model/<name>.yaml) in the config")
+    family = kwargs.pop("model_type")
     with torch.device("meta"):
-        return Qwen2ForCausalLM(Qwen2Config(**kwargs))
+        return AutoModelForCausalLM.from_config(AutoConfig.for_model(family, **kwargs))
 
 
 def plan_memory(cfgs) -> MemoryPlan:
-    from mindspeed_rl.models.sharding import planned_local_numel
+    from mindspeed_rl.models.sharding import planned_local_numel, tp_plan
     actor, rl, layout = cfgs.actor_config, cfgs.rl_config, cfgs.plan.layout
     model = meta_model(actor)
     fsdp = layout.engine == "fsdp"
+    plan = tp_plan(model)  # the model config's own TP plan, as the engine applies it
     shapes = [(n, tuple(p.shape)) for n, p in model.named_parameters()]  # tied weights counted once
-    local = sum(planned_local_numel(n, s, layout.dp, layout.tp, fsdp=fsdp) for n, s in shapes)
-    full_tp = sum(planned_local_numel(n, s, layout.dp, layout.tp, fsdp=False) for n, s in shapes)
+    local = sum(planned_local_numel(n, s, layout.dp, layout.tp, fsdp=fsdp, plan=plan) for n, s in shapes)
+    full_tp = sum(planned_local_numel(n, s, layout.dp, layout.tp, fsdp=False, plan=plan) for n, s in shapes)
     compute = 2 if actor.bf16 else 4
     cfg = model.config
     tokens = rl.max_packing_token_size if rl.use_dynamic_bsz else actor.seq_length * actor.micro_batch_size
