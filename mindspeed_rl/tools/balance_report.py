@@ -14,8 +14,11 @@ Two inputs:
 ``--run DIR_OR_FILE``
     A run folder (its ``balance.jsonl``) or that file. Each line is one
     balance plan of the transfer dock; "before" is its ``random_loads``,
-    "after" its ``loads``. ``--iteration`` and ``--consumer`` pick plans
-    (default: every plan of the last iteration).
+    "after" its ``loads``, per DP rank when the plan names its ranks (the
+    same numbers as the console's ``imb``/``random``). ``--iteration`` and
+    ``--consumer`` pick plans (default: every balanced plan of the last
+    iteration; a stage that is not balanced, such as actor_rollout, only with
+    ``--consumer``, its column then reads "served (not balanced)").
 
 Prints a plain-text table per plan; ``--png`` draws a bar chart, ``--json``
 saves the numbers. Bad input prints one line to stderr and exits with 2.
@@ -32,9 +35,10 @@ import numpy as np
 
 from mindspeed_rl.tools.report_inputs import (  # noqa: F401  (re-exported)
     BALANCE_FILE, LENGTH_FIELDS, Lengths, ReportError, group_rows, read_balance_file, read_lengths, select_plans,
-    _balance_path)
+    unbalanced_consumers, _balance_path)
 from mindspeed_rl.tools.report_output import (  # noqa: F401  (re-exported)
     DEFAULT_TITLE, PlanReport, format_table, load_stats, plot_reports, step_time_gain, write_json)
+from mindspeed_rl.utils.metrics import plan_loads
 from mindspeed_rl.utils.seqlen_balancing import METHODS, get_seqlen_balanced_partitions, sized_lower_bound
 from mindspeed_rl.utils.workload import OBJECTIVES, WorkloadModel, sequence_workloads
 
@@ -84,10 +88,17 @@ def report_from_lengths(lengths: Lengths, dp_size: int, n_samples: int = 1, obje
                              "seed": seed, "grouped": grouped})
 
 
-def report_from_run(path: str, iteration: Optional[int] = None, consumer: Optional[str] = None) -> List[PlanReport]:
-    """One PlanReport per selected plan of a run folder or ``balance.jsonl``."""
+def report_from_run(path: str, iteration: Optional[int] = None, consumer: Optional[str] = None,
+                    notes: Optional[List[str]] = None) -> List[PlanReport]:
+    """One PlanReport per selected plan of a run folder or ``balance.jsonl``; a line on the
+    stages left out goes to ``notes``."""
     file = _balance_path(path)
-    chosen = select_plans(read_balance_file(file), iteration, consumer, file)
+    plans = read_balance_file(file)
+    chosen = select_plans(plans, iteration, consumer, file)
+    left = [c for c in unbalanced_consumers([p for p in plans if p["iteration"] == chosen[0]["iteration"]])
+            if c not in {p["consumer"] for p in chosen}]
+    if left and notes is not None:
+        notes.append(f"not balanced, left out: {', '.join(left)} (--consumer NAME shows one)")
     counts: Dict[tuple, int] = {}
     for p in chosen:
         key = (p["iteration"], p["consumer"])
@@ -99,21 +110,13 @@ def report_from_run(path: str, iteration: Optional[int] = None, consumer: Option
         label = f"iteration {p['iteration']}, {p['consumer']}"
         if counts[key] > 1:
             label += f" #{seen[key]}"
-        before, after, sizes, share = p["random_loads"], p["loads"], p["sizes"], "share"
-        if p.get("ranks"):  # shares bound to DP ranks: one bar per rank (its shares summed)
-            before, after, sizes = (_per_rank(p["ranks"], v) for v in (before, after, sizes))
-            share = "rank"
-        reports.append(PlanReport(label=label, before=before, after=after, sizes=sizes,
-                                  objective=p["objective"], unit="units", share=share,
-                                  iteration=p["iteration"], consumer=p["consumer"]))
+        # shares bound to DP ranks: one bar per rank (its shares summed), as the console's numbers
+        sizes = [int(s) for s in plan_loads(p, "sizes")]
+        reports.append(PlanReport(label=label, before=plan_loads(p, "random_loads"), after=plan_loads(p, "loads"),
+                                  sizes=sizes, objective=p["objective"], unit="units",
+                                  share="rank" if p.get("ranks") else "share", iteration=p["iteration"],
+                                  consumer=p["consumer"], balanced=p["balanced"]))
     return reports
-
-
-def _per_rank(ranks, values):
-    out = [0] * (max(ranks) + 1)
-    for rank, value in zip(ranks, values):
-        out[rank] += value
-    return out
 
 
 # ---------------------------------------------------------------- command line
@@ -167,7 +170,7 @@ def _workload_model(args) -> Optional[WorkloadModel]:
         raise ReportError(str(exc)) from None
 
 
-def _reports(args) -> List[PlanReport]:
+def _reports(args, notes: List[str]) -> List[PlanReport]:
     if args.lengths is not None:
         for opt in ("iteration", "consumer"):
             if getattr(args, opt) is not None:
@@ -184,15 +187,18 @@ def _reports(args) -> List[PlanReport]:
                                     args.method, args.group, args.seed)]
     if args.dp_size is not None:
         raise ReportError("--dp-size applies to --lengths only (a run's plans fix the shares)")
-    return report_from_run(args.run, args.iteration, args.consumer)
+    return report_from_run(args.run, args.iteration, args.consumer, notes)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the exit code (0 ok, 2 bad input)."""
     try:
         args = build_parser().parse_args(argv)
-        reports = _reports(args)
+        notes: List[str] = []
+        reports = _reports(args, notes)
         print("\n\n".join(format_table(r) for r in reports))
+        for note in notes:
+            print(note)
         if args.png:
             plot_reports(reports, args.png, args.title)
             print(f"chart: {args.png}")

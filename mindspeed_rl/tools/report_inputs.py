@@ -187,8 +187,13 @@ def read_balance_file(path: str) -> List[dict]:
     """Plans of a ``balance.jsonl`` (checked), in file order."""
     text = _read_text(path)
     plans = []
-    for line_no, rec in _json_objects(path, text, ("iteration", "consumer", "loads", "random_loads")):
+    for line_no, rec in _json_objects(path, text, ()):
         where = f"{path} line {line_no}"
+        if "event" in rec and "iteration" not in rec:
+            continue  # a marker (e.g. where a resumed run continued), not a plan
+        missing = [k for k in ("iteration", "consumer", "loads", "random_loads") if k not in rec]
+        if missing:
+            raise ReportError(f"{where}: missing {', '.join(missing)}")
         iteration = rec["iteration"]
         if isinstance(iteration, bool) or not isinstance(iteration, int):
             raise ReportError(f"{where}: iteration must be an integer, got {json.dumps(iteration)}")
@@ -207,7 +212,8 @@ def read_balance_file(path: str) -> List[dict]:
             raise ReportError(f"{where}: ranks must be a list of {len(loads)} DP ranks (ints >= 0)")
         plans.append({"iteration": iteration, "consumer": str(rec["consumer"]),
                       "objective": str(rec.get("objective", "tokens")), "loads": loads,
-                      "random_loads": random_loads, "sizes": [int(s) for s in sizes], "ranks": ranks})
+                      "random_loads": random_loads, "sizes": [int(s) for s in sizes], "ranks": ranks,
+                      "balanced": bool(rec.get("balanced", True))})
     if not plans:
         raise ReportError(f"{path} has no balance plans")
     return plans
@@ -227,9 +233,15 @@ def _ranges(values: Sequence[int]) -> str:
     return ", ".join(out)
 
 
+def unbalanced_consumers(plans: List[dict]) -> List[str]:
+    """Consumers among ``plans`` that were split at random, not balanced (e.g. actor_rollout)."""
+    return list(dict.fromkeys(p["consumer"] for p in plans if not p.get("balanced", True)))
+
+
 def select_plans(plans: List[dict], iteration: Optional[int] = None, consumer: Optional[str] = None,
                  source: str = BALANCE_FILE) -> List[dict]:
-    """Plans of ``consumer`` (default: all) in ``iteration`` (default: the last one present)."""
+    """Plans of ``consumer`` (default: every consumer; the stages that were not balanced only
+    when no stage was) in ``iteration`` (default: the last one present)."""
     if consumer is not None:
         consumers = list(dict.fromkeys(p["consumer"] for p in plans))
         plans = [p for p in plans if p["consumer"] == consumer]
@@ -244,4 +256,6 @@ def select_plans(plans: List[dict], iteration: Optional[int] = None, consumer: O
         of = f" for consumer {consumer!r}" if consumer is not None else ""
         raise ReportError(f"no plans for iteration {iteration} in {source}{of}; "
                           f"iterations: {_ranges(iterations)}")
+    if consumer is None and any(p.get("balanced", True) for p in chosen):
+        chosen = [p for p in chosen if p.get("balanced", True)]
     return chosen

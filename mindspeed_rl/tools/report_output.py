@@ -7,6 +7,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from mindspeed_rl.tools.report_inputs import ReportError
+from mindspeed_rl.utils.metrics import imbalance
 
 DEFAULT_TITLE = "DP batch balance: per-rank load, random split vs balanced"
 
@@ -25,6 +26,7 @@ class PlanReport:
     iteration: Optional[int] = None
     consumer: Optional[str] = None
     lower_bound: Optional[float] = None  # lower bound on the heaviest load, when known
+    balanced: bool = True  # False: 'after' is a split served without balance (e.g. actor_rollout)
     extra: Dict[str, object] = field(default_factory=dict)
 
     def summary(self) -> Dict[str, object]:
@@ -35,6 +37,7 @@ class PlanReport:
     def to_dict(self) -> Dict[str, object]:
         return {"label": self.label, "iteration": self.iteration, "consumer": self.consumer,
                 "objective": self.objective, "unit": self.unit, "share": self.share, "sizes": list(self.sizes),
+                "balanced": self.balanced,
                 "before": list(self.before), "after": list(self.after), "summary": self.summary(), **self.extra}
 
 
@@ -42,12 +45,10 @@ class PlanReport:
 
 
 def load_stats(loads: Sequence[float]) -> Dict[str, float]:
-    """max, min, mean and imbalance (max / mean - 1) of per-share loads."""
+    """max, min, mean and imbalance (max / mean - 1, metrics.imbalance) of per-share loads."""
     arr = np.asarray(loads, dtype=np.float64)
-    mean = float(arr.mean())
-    top = float(arr.max())
-    return {"max": top, "min": float(arr.min()), "mean": mean, "sum": float(arr.sum()),
-            "imbalance": top / mean - 1.0 if mean > 0 else 0.0}
+    return {"max": float(arr.max()), "min": float(arr.min()), "mean": float(arr.mean()), "sum": float(arr.sum()),
+            "imbalance": imbalance(arr)}
 
 
 def step_time_gain(max_before: float, max_after: float) -> Optional[float]:
@@ -87,7 +88,7 @@ def format_table(report: PlanReport) -> str:
              ("min", "", _fmt(b["min"]), _fmt(a["min"])),
              ("mean", "", _fmt(b["mean"]), _fmt(a["mean"])),
              ("imbalance", "", f"{b['imbalance']:.2%}", f"{a['imbalance']:.2%}")]
-    head = ("", report.unit, "before (random)", "after (balanced)")
+    head = ("", report.unit, "before (random)", "after (balanced)" if report.balanced else "served (not balanced)")
     widths = [max(len(r[c]) for r in rows + [head]) for c in range(4)]
     line = lambda r: f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:>{widths[3]}}"  # noqa: E731
     out = [f"{report.label} ({report.objective})", line(head), "-" * len(line(head))]
@@ -123,7 +124,8 @@ def plot_reports(reports: Sequence[PlanReport], path: str, title: Optional[str] 
         x = np.arange(len(rep.after))
         bar_w = 0.38
         bars_b = ax.bar(x - bar_w / 2, rep.before, bar_w, color="#c9a227", label="before: random split")
-        bars_a = ax.bar(x + bar_w / 2, rep.after, bar_w, color="#2f6db5", label="after: balanced")
+        bars_a = ax.bar(x + bar_w / 2, rep.after, bar_w, color="#2f6db5",
+                        label="after: balanced" if rep.balanced else "served: not balanced")
         ax.axhline(s["after"]["mean"], color="#333333", linestyle="--", linewidth=1.2,
                    label=f"mean {_fmt(s['after']['mean'])}")
         top = max(s["before"]["max"], s["after"]["max"])

@@ -14,6 +14,7 @@ from mindspeed_rl.trainer.utils.compute_utils import compute_rewards
 from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
 from mindspeed_rl.utils.checkpoint import Checkpointer
 from mindspeed_rl.utils.loggers import MetricsLogger
+from mindspeed_rl.utils.metrics import imbalance, plan_balance_metrics
 
 
 def rank_timing_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
@@ -38,8 +39,7 @@ def rank_balance_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
         loads = {int(r["dp_rank"]): r[key] for r in results if key in r and r["tp_rank"] == 0}
         for dp_rank, load in sorted(loads.items()):
             out[f"dp_balance/{stage}/rank{dp_rank}"] = load
-        mean = sum(loads.values()) / len(loads)
-        out[f"dp_balance/{stage}/rank_imbalance"] = max(loads.values()) / mean - 1 if mean > 0 else 0.0
+        out[f"dp_balance/{stage}/rank_imbalance"] = imbalance(list(loads.values()))
     return out
 
 
@@ -100,6 +100,7 @@ class RayGRPOTrainer(RayBaseTrainer):
         metrics.update(rank_balance_metrics(results))
         summary = ray.get(td.round_summary.remote())
         metrics.update(summary["metrics"])
+        metrics.update(plan_balance_metrics(summary["balance"]))  # per DP rank, as the balance report
         self.logger.log_balance(iteration, summary["balance"])
         metrics["timing/iteration"] = time.perf_counter() - start
         self.kl_ctrl.update(metrics.get("actor/kl", 0.0), plan.rows_per_round)
@@ -141,7 +142,7 @@ class RayGRPOTrainer(RayBaseTrainer):
             return fmt.format(m[key]) if key in m else "-"
         balance = " ".join(
             f"{stage}:imb={get(f'dp_balance/{stage}/rank_imbalance', '{:.2%}')}"
-            f"(random {get(f'dp_balance/{stage}/imbalance_random', '{:.2%}')})"
+            f"(random {get(f'dp_balance/{stage}/rank_imbalance_random', '{:.2%}')})"
             for stage in BALANCED_STAGES if f"dp_balance/{stage}/rank_imbalance" in m)
         return (f"iter {iteration}: reward={get('reward/mean')} resp_len={get('response_length/mean', '{:.2f}')} "
                 f"loss={get('actor/pg_loss', '{:.4f}')} kl={get('actor/kl', '{:.4f}')} "

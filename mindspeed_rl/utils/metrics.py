@@ -79,3 +79,39 @@ class Metric:
 
     def reset(self):
         self.metric = {}
+
+
+# ---------------------------------------------------------------- DP balance: one definition
+
+
+def imbalance(loads) -> float:
+    """max / mean - 1 of per-rank (or per-share) loads; 0 when they are all zero."""
+    arr = np.asarray(loads, dtype=np.float64)
+    mean = float(arr.mean())
+    return float(arr.max()) / mean - 1.0 if mean > 0 else 0.0
+
+
+def per_rank(values, ranks) -> List[float]:
+    """Per-share values summed per DP rank (``ranks[s]`` = the rank share ``s`` goes to)."""
+    if len(values) != len(ranks):
+        raise ValueError(f"per_rank: {len(values)} values for {len(ranks)} ranks")
+    out = [0.0] * (max(ranks) + 1)
+    for rank, value in zip(ranks, values):
+        out[rank] += value
+    return out
+
+
+def plan_loads(plan: dict, key: str = "loads") -> List[float]:
+    """A balance plan's ``loads`` or ``random_loads`` per DP rank when its shares are bound to ranks
+    (``ranks``), else per share: what the balance report draws."""
+    values = [float(v) for v in plan[key]]
+    return per_rank(values, plan["ranks"]) if plan.get("ranks") else values
+
+
+def plan_balance_metrics(plans: List[dict]) -> Dict[str, float]:
+    """``dp_balance/<consumer>/rank_imbalance_random``: the imbalance over DP ranks of the random split
+    each plan records (the console's 'random' next to ``rank_imbalance``); mean over a consumer's plans."""
+    per_consumer: Dict[str, List[float]] = {}
+    for plan in plans:
+        per_consumer.setdefault(plan["consumer"], []).append(imbalance(plan_loads(plan, "random_loads")))
+    return {f"dp_balance/{c}/rank_imbalance_random": sum(v) / len(v) for c, v in per_consumer.items()}

@@ -402,3 +402,53 @@ def test_rank_bound_plans_report_one_bar_per_rank(tmp_path):
     (tmp_path / "balance.jsonl").write_text(json.dumps(bad) + "\n")
     with pytest.raises(br.ReportError, match="ranks must be a list of 4"):
         br.report_from_run(str(tmp_path))
+
+
+# ---------------------------------------------------------------- report and console agree
+
+# one round of the tiny run: rollout not balanced; actor_train with 2 shares per rank (share s -> rank s % 2),
+# where per-share and per-rank imbalance differ
+ROUND = [
+    {"iteration": 4, "consumer": "actor_rollout", "objective": "tokens", "balanced": False,
+     "loads": [48.0, 48.0], "random_loads": [48.0, 48.0], "sizes": [16, 16], "ranks": [0, 1]},
+    {"iteration": 4, "consumer": "actor_train", "objective": "tokens", "balanced": True,
+     "loads": [88.0, 88.0, 88.0, 87.0], "random_loads": [100.0, 70.0, 89.0, 92.0], "sizes": [8, 8, 8, 8],
+     "ranks": [0, 1, 0, 1]},
+]
+
+
+def test_console_random_and_report_before_are_one_number(tmp_path, capsys):
+    from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
+    from mindspeed_rl.utils.metrics import imbalance, plan_balance_metrics
+
+    _write_jsonl(tmp_path / "balance.jsonl", [{"event": "resume", "from_iteration": 3}] + ROUND)
+    out_json = tmp_path / "r.json"
+    code, out, err = _run(["--run", tmp_path, "--consumer", "actor_train", "--json", out_json], capsys)
+    assert code == 0, err
+    before = _json_plans(out_json)[0]["summary"]["before"]["imbalance"]
+    assert before == pytest.approx(189 / 175.5 - 1)  # rank 0: 100 + 89, rank 1: 70 + 92
+    assert before != pytest.approx(imbalance(ROUND[1]["random_loads"]))  # per share would be another number
+    metrics = plan_balance_metrics(ROUND)
+    assert metrics["dp_balance/actor_train/rank_imbalance_random"] == pytest.approx(before)
+    metrics.update({"dp_balance/actor_train/rank_imbalance": 0.0029,
+                    "dp_balance/actor_train/imbalance_random": imbalance(ROUND[1]["random_loads"])})
+    line = RayGRPOTrainer._summary(4, metrics)
+    assert f"actor_train:imb=0.29%(random {before:.2%})" in line
+    assert f"{before:.2%}" in out
+
+
+def test_unbalanced_stage_is_not_listed_as_balanced(tmp_path, capsys):
+    _write_jsonl(tmp_path / "balance.jsonl", ROUND)
+    code, out, err = _run(["--run", tmp_path], capsys)
+    assert code == 0, err
+    assert "actor_rollout" not in out.split("not balanced, left out")[0]
+    assert "iteration 4, actor_train" in out and "after (balanced)" in out
+    assert "not balanced, left out: actor_rollout" in out
+    code, out, err = _run(["--run", tmp_path, "--consumer", "actor_rollout"], capsys)
+    assert code == 0, err
+    assert "iteration 4, actor_rollout" in out and "served (not balanced)" in out and "after (balanced)" not in out
+    # a run with balance off: every stage is shown, none as balanced
+    off = [dict(p, balanced=False) for p in ROUND]
+    _write_jsonl(tmp_path / "balance.jsonl", off)
+    code, out, err = _run(["--run", tmp_path], capsys)
+    assert code == 0 and out.count("served (not balanced)") == 2 and "after (balanced)" not in out

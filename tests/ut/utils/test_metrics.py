@@ -79,3 +79,13 @@ def test_invalid_key(key):
     with pytest.raises(ValueError, match="non-empty str"):
         m.update(value={key: 1.0})
     assert m.metric == {}
+
+
+def test_imbalance_and_per_rank_loads():
+    from mindspeed_rl.utils.metrics import imbalance, per_rank, plan_balance_metrics
+    assert imbalance([3.0, 1.0]) == pytest.approx(0.5) and imbalance([0, 0]) == 0.0
+    assert per_rank([1.0, 2.0, 3.0, 4.0], [0, 1, 0, 1]) == [4.0, 6.0]
+    with pytest.raises(ValueError, match="3 values for 2 ranks"):
+        per_rank([1.0, 2.0, 3.0], [0, 1])
+    plans = [{"consumer": "c", "random_loads": [3.0, 1.0]}, {"consumer": "c", "random_loads": [1.0, 1.0]}]
+    assert plan_balance_metrics(plans) == {"dp_balance/c/rank_imbalance_random": pytest.approx(0.25)}
