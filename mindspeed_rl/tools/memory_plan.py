@@ -81,12 +81,29 @@ def table(name: str, cfgs, plan: MemoryPlan, device_gbs: List[float]) -> str:
     return "\n".join(rows)
 
 
-def main(argv=None) -> int:
+def _is_override(arg: str) -> bool:
+    """``section.key=value`` (not an option, not a path)."""
+    name = arg.split("=", 1)[0]
+    return "=" in arg and not arg.startswith("-") and bool(name) and all(
+        part.isidentifier() for part in name.split("."))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Options and ``section.key=value`` overrides in any order (an override after
+    ``--device-gb`` or between configs is an override, not a size or a config)."""
     parser = argparse.ArgumentParser(description="Per-rank memory of a GRPO config's layout.")
     parser.add_argument("--config", required=True, nargs="+", help="one or more YAML configs")
     parser.add_argument("--device-gb", type=float, nargs="+", default=[64.0], help="device memory sizes to check")
-    parser.add_argument("overrides", nargs="*", default=[], help="section.key=value")
-    args = parser.parse_args(argv)
+    parser.add_argument("overrides", nargs="*", default=[],
+                        help="section.key=value config overrides, anywhere on the line")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args([a for a in argv if not _is_override(a)])
+    args.overrides = [a for a in argv if _is_override(a)]
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     from mindspeed_rl.config_cls import build_configs, load_config
     fits = True
     for path in args.config:

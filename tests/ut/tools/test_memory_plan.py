@@ -42,3 +42,16 @@ def test_too_small_device_exits_one_and_bad_config_two(capsys, tmp_path):
 def test_layout_errors_name_the_key(overrides, match):
     with pytest.raises(ValueError, match=match):
         build_configs(load_config("configs/grpo_tiny_cpu.yaml", overrides))
+
+
+def test_overrides_anywhere_on_the_command_line(capsys):
+    from mindspeed_rl.tools.memory_plan import parse_args
+    override = "actor_config.tensor_model_parallel_size=2"
+    for argv in (["--config", A3, "--device-gb", "64", "80", override],
+                 [override, "--config", A3, "--device-gb", "64", "80"],
+                 ["--config", A3, override, "--device-gb", "64", "80"]):
+        args = parse_args(argv)
+        assert args.overrides == [override] and args.config == [A3] and args.device_gb == [64.0, 80.0], argv
+    # and the override is applied: TP=2 instead of the config's TP=4
+    main(["--config", A3, "--device-gb", "64", override])
+    assert "TP=2" in capsys.readouterr().out
