@@ -142,16 +142,18 @@ def _tp_style(kind: str):
     return RowwiseParallel()
 
 
-def apply_tensor_parallel(module, tp_mesh: DeviceMesh) -> List[torch.nn.Parameter]:
-    """Split the decoder layers over ``tp_mesh`` by ``tp_plan``; returns the parameters whose
-    gradients must be summed over tp after backward (``grad_sum``)."""
+def apply_tensor_parallel(module, tp_mesh: DeviceMesh) -> List[str]:
+    """Split the decoder layers over ``tp_mesh`` by ``tp_plan``; returns the names of the parameters
+    whose gradients must be summed over tp after backward (``grad_sum``)."""
     plan = tp_plan(module)
     check_tp_divides(module, tp_mesh.size(), plan=plan)
     styles = {name: _tp_style(kind) for name, kind in plan.items() if kind != "grad_sum"}
     if styles:
         parallelize_module(module, tp_mesh, styles)
     modules = dict(module.named_modules())
-    return [p for name, kind in plan.items() if kind == "grad_sum" for p in modules[name].parameters()]
+    # names, not objects: FSDP replaces the parameter objects afterwards
+    return [f"{name}.{pname}" for name, kind in plan.items() if kind == "grad_sum"
+            for pname, _ in modules[name].named_parameters()]
 
 
 def _mp_policy(spec: ParallelSpec) -> MixedPrecisionPolicy:
@@ -178,7 +180,7 @@ def apply_replicate(module, dp_mesh: DeviceMesh):
 def parallelize(module, mesh: Optional[DeviceMesh], spec: ParallelSpec = ParallelSpec()) -> None:
     """Lay ``module`` (an HF causal LM) over ``mesh``: DTensor TP over ``tp`` (when > 1), then FSDP2
     (``spec.fsdp``) or replicate over ``dp`` (when > 1). Records on the module the parameters whose
-    gradients ``sync_tp_grads`` sums over tp."""
+    gradients ``sync_tp_grads`` sums over tp (by name)."""
     tp_mesh, dp_mesh = mesh_dim(mesh, "tp"), mesh_dim(mesh, "dp")
     module._msrl_tp_grad_sum = apply_tensor_parallel(module, tp_mesh) if tp_mesh is not None else []
     module._msrl_tp_group = tp_mesh.get_group() if tp_mesh is not None else None
@@ -194,7 +196,8 @@ def parallelize(module, mesh: Optional[DeviceMesh], spec: ParallelSpec = Paralle
 
 def sync_tp_grads(module) -> None:
     """Sum over tp the gradients of the ``grad_sum`` parameters (one collective)."""
-    params = [p for p in getattr(module, "_msrl_tp_grad_sum", []) if p.grad is not None]
+    names = getattr(module, "_msrl_tp_grad_sum", [])
+    params = [p for p in (module.get_parameter(n) for n in names) if p.grad is not None]
     if not params:
         return
     grads = [local(p.grad) for p in params]
