@@ -65,3 +65,26 @@ def test_output_dir_that_is_a_file_is_named(tmp_path):
     f.write_text("x")
     with pytest.raises(ValueError, match="is a file"):
         check_run_folder(str(f))
+
+
+def test_tensorboard_events_follow_the_resume(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _run(tmp_path, [1, 2, 3, 4], use_tensorboard=True)
+    logger = MetricsLogger(str(tmp_path), use_tensorboard=True, resume_from=2)
+    for it in (3, 4):
+        logger.log(it, {"reward/mean": 1.0 + it}, f"iter {it}")
+    logger.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    scalars = [(e.step, e.value) for e in events.Scalars("train/reward/mean")]
+    assert scalars == [(1, pytest.approx(0.1)), (2, pytest.approx(0.2)), (3, 4.0), (4, 5.0)]
+
+
+def test_tensorboard_is_a_requirement():
+    # README: both install commands (tests/run_tests.sh, pip install -e .) bring TensorBoard
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    names = [line.split("#")[0].strip() for line in open(os.path.join(root, "requirements.txt"))]
+    assert any(n.startswith("tensorboard") for n in names)
