@@ -1,3 +1,4 @@
+import math
 import os
 
 import pytest
@@ -284,3 +285,38 @@ def test_lr_schedule_applies_per_optimizer_step(model_dir):
     lrs = [engine.train_step([torch.tensor([1, 2])], [torch.tensor([3])], [[0]], _sum_log_prob_loss,
                              1.0)["actor/lr"] for _ in range(3)]
     assert lrs == pytest.approx([0.1, 0.05, 0.1 / 3])
+
+
+def test_log_probs_honour_the_temperature_given(model_dir):
+    engine = CausalLMEngine(model_dir, torch.device("cpu"), trainable=False, use_remove_padding=True)
+    prompt, response = torch.tensor([5, 6, 7]), torch.tensor([8, 9, 10])
+    with torch.no_grad():
+        logits = engine.module(input_ids=torch.cat([prompt, response])[None]).logits[0].float()
+    rows = logits[prompt.numel() - 1:-1]
+    for temperature in (1.0, 0.5, 2.0):
+        lps, _ = engine.log_probs([prompt], [response], [[0]], temperature=temperature)
+        want = torch.log_softmax(rows / temperature, dim=-1).gather(-1, response[:, None]).squeeze(-1)
+        torch.testing.assert_close(lps[0], want, atol=1e-5, rtol=1e-5)
+    hot, _ = engine.log_probs([prompt], [response], [[0]], temperature=2.0)
+    cold, _ = engine.log_probs([prompt], [response], [[0]], temperature=0.5)
+    assert not torch.allclose(hot[0], cold[0], atol=1e-3)
+
+
+def test_no_optimizer_step_on_a_non_finite_grad_norm(model_dir):
+    engine = CausalLMEngine(model_dir, torch.device("cpu"), lr=1e-2)
+    before = {n: p.detach().clone() for n, p in engine.module.named_parameters()}
+    prompts, responses = [torch.tensor([1, 2, 3])], [torch.tensor([4, 5])]
+
+    def nan_loss(idx, log_probs, entropy):
+        return -sum(lp.sum() for lp in log_probs) * float("nan"), {}
+
+    metrics = engine.train_step(prompts, responses, [[0]], nan_loss, token_count=2.0)
+    assert not math.isfinite(metrics["actor/grad_norm"])
+    assert metrics["actor/skipped_steps"] == 1.0
+    for n, p in engine.module.named_parameters():
+        assert torch.equal(p.detach(), before[n]), n
+    assert not engine.optimizer.state  # Adam's moments untouched too
+    # a finite step afterwards updates, and the count stays
+    metrics = engine.train_step(prompts, responses, [[0]], _sum_log_prob_loss, token_count=2.0)
+    assert metrics["actor/skipped_steps"] == 1.0 and math.isfinite(metrics["actor/grad_norm"])
+    assert any(not torch.equal(p.detach(), before[n]) for n, p in engine.module.named_parameters())
