@@ -100,13 +100,13 @@ def test_sample_level_balance_without_groups():
     assert loads.max() / loads.mean() - 1 < 0.05
 
 
-def test_non_divisible_pool_balances_with_count_skew_at_most_one_group():
-    # 10 groups, 3 groups per request -> 4 shares of 3, 3, 2, 2 groups
+def test_non_divisible_pool_serves_exact_shares_then_the_rest():
+    # 10 groups, 3 groups per request -> every request gets the 3 it asks for while
+    # the pool allows, the last one the single group left
     td = Dock(10, 2, timeout=1)
     total = _fill(td, 10, 2, seed=7)
     shares = _round(td, "actor_train", 6, balance=True)
-    sizes = sorted(len(s) // 2 for s in shares)
-    assert sizes == [2, 2, 3, 3]
+    assert [len(s) // 2 for s in shares] == [3, 3, 3, 1]
     assert sorted(i for s in shares for i in s) == list(range(20))
     group = total.reshape(10, 2).sum(1)
     served = np.array([sum(group[i // 2] for i in s[::2]) for s in shares])
