@@ -142,7 +142,11 @@ def test_build_checks_stored_edits_against_the_release(trees):
     res = subprocess.run([sys.executable, str(BUILD), "--check", "--package", str(REPO), "--verl-src",
                           str(trees["patched"])], capture_output=True, text=True, timeout=300)
     assert res.returncode == 1
-    assert "does not match upstream" in res.stderr or "differs" in res.stderr
+    # the patched tree is not the release the stored edits were written against
+    assert "verl/utils/seqlen_balancing.py: stored hunk" in res.stderr and "does not match upstream" in res.stderr
+    ok = subprocess.run([sys.executable, str(BUILD), "--check", "--package", str(REPO), "--verl-src",
+                         str(trees["source"])], capture_output=True, text=True, timeout=300)
+    assert f"patches/verl/{VERSION}" not in ok.stderr, ok.stderr
 
 
 def test_public_signatures_kept(modules):
