@@ -92,6 +92,27 @@ def test_random_split_when_unbalanced_is_seeded_per_round_and_logged():
     assert rounds[0] != rounds[1]  # a new round draws a new split
 
 
+def test_resumed_dock_draws_the_uninterrupted_runs_split_of_each_round():
+    """The trainer calls set_round(k) on a run resumed after iteration k, then
+    clear() before each iteration: round k + 1's random split (rollout, or any
+    unbalanced stage) is the one the uninterrupted run drew."""
+    plan = _plan(balanced=False)
+    straight = Dock(16, 4, run_plan=plan)
+    straight.set_round(0)
+    splits = []
+    for _ in range(4):
+        straight.clear()
+        _fill(straight)
+        splits.append(straight.plan_stage(TRAIN.name))
+    assert len({str(s) for s in splits}) == 4  # every round draws its own split
+    resumed = Dock(16, 4, run_plan=plan)
+    resumed.set_round(2)
+    for k in (2, 3):
+        resumed.clear()
+        _fill(resumed)
+        assert resumed.plan_stage(TRAIN.name) == splits[k], f"round {k + 1}"
+
+
 def test_tiny_config_plan_drives_the_dock():
     plan = build_configs(load_config("configs/grpo_tiny_cpu.yaml",
                                      ["megatron_training.model_path=/unused"])).plan
