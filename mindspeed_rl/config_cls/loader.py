@@ -233,7 +233,6 @@ def build_configs(cfg):
     for role in {id(c): c for c in (actor_config, ref_config, reward_config)}.values():
         _upstream_semantics(role, rl_config)
     check_fixed(actor_config, error_cls=ConfigError)
-    _check_family_keys(actor_config)
     _weights_from_load(actor_config)
     _check_verifiers(rl_config)
     plan = validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config)
@@ -279,20 +278,6 @@ def _weights_from_load(cfg):
             cfg.load = None
     if cfg.model_path is None and cfg.tokenizer_name_or_path:
         cfg.model_path = cfg.tokenizer_name_or_path  # upstream: the HF folder the weights were converted from
-
-
-def _check_family_keys(cfg):
-    """Model-family keys (Qwen3, MoE, MLA) act only once config_cls/model_arch.py builds their
-    family; until it lists a key in ARCH_KEYS a value other than the default is refused."""
-    from mindspeed_rl.config_cls import model_arch
-    from mindspeed_rl.config_cls.megatron_config import MODEL_FAMILY_KEYS
-    handled = set(getattr(model_arch, "ARCH_KEYS", ()))
-    defaults = cfg._declared_defaults()
-    for key in MODEL_FAMILY_KEYS:
-        value = getattr(cfg, key)
-        if key not in handled and value != defaults[key]:
-            raise ConfigError(f"model key {key}={value!r} needs a model family the engine does not build yet "
-                              f"(it builds Qwen2-shaped models); remove it or use a Qwen2 model section")
 
 
 def _int_list(key, value):

@@ -16,6 +16,8 @@ _DAPO = "not implemented yet (DAPO): "
 _MULTI_TURN = "not implemented yet: no multi-turn tool use; each response is one generate call"
 _LORA = "not implemented yet: every weight is trained (full-parameter GRPO; the memory plan counts full AdamW state)"
 _MOE_KERNELS = "MoE layers run as transformers implements them; experts are sharded by FSDP, no token dispatcher"
+_ROPE = ("rope scaling is the checkpoint's config.json's (not compared with the model section); "
+         "a tiny checkpoint built from the section has none")
 _VLLM = "rollout samples with HF generate; no vLLM-Ascend options"
 
 
@@ -147,6 +149,18 @@ KEYS: List[Key] = [
         "not implemented yet: no router load-balancing loss is added to the GRPO loss", lambda v: v != "none",
         _moe),
     Key("megatron_training", "seq_aux", WARN, "not implemented yet: no sequence-level router loss"),
+    Key("megatron_training", "attention_bias", WARN, "q/k/v carry a bias only as add_qkv_bias says; no output bias"),
+    Key("megatron_training", "rope_scaling_type", WARN, _ROPE),
+    Key("megatron_training", "rope_scaling_factor", WARN, _ROPE),
+    Key("megatron_training", "rope_scaling_mscale", WARN, _ROPE),
+    Key("megatron_training", "rope_scaling_mscale_all_dim", WARN, _ROPE),
+    Key("megatron_training", "rope_scaling_original_max_position_embeddings", WARN, _ROPE),
+    Key("megatron_training", "beta_fast", WARN, _ROPE),
+    Key("megatron_training", "beta_slow", WARN, _ROPE),
+    Key("megatron_training", "moe_layer_freq", WARN, "every layer after first_k_dense_replace is MoE, as the "
+        "family's transformers class lays it out", lambda v: v not in (None, 1)),
+    Key("megatron_training", "moe_router_score_function", WARN, "the family's transformers class fixes the router "
+        "score (Qwen3-MoE softmax, DeepSeek-V3 sigmoid)"),
     Key("megatron_training", "moe_router_enable_expert_bias", WARN,
         "not implemented yet: the expert bias routes as loaded and is not updated during training"),
     Key("megatron_training", "optimizer", ERROR, "the optimizer is AdamW", lambda v: v != "adam"),

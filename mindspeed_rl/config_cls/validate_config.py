@@ -4,6 +4,8 @@ Every failure raises ValueError whose message names the offending fields.
 The layout and every derived number come from ``run_plan.build_run_plan``.
 Nothing here requires bf16 or a particular inference engine.
 """
+import warnings
+
 from mindspeed_rl.config_cls.rl_config import DP_BALANCE_METHODS, DP_BALANCE_OBJECTIVES
 from mindspeed_rl.config_cls.run_plan import build_run_plan
 
@@ -90,10 +92,11 @@ def validate_rl_args(actor_config, ref_config, reward_config, rl_config, generat
     _check_batches(actor_config, rl_config)
     if rl_config.use_dynamic_bsz:
         longest = rl_config.max_prompt_length + generate_config.sampling_config["max_tokens"]
-        if rl_config.max_packing_token_size < longest:
-            raise ValueError(
+        if rl_config.max_packing_token_size < longest:  # upstream too fails only on such a sequence
+            warnings.warn(
                 f"rl_config.max_packing_token_size={rl_config.max_packing_token_size} is below the longest "
-                f"possible sequence max_prompt_length + sampling_config.max_tokens = {longest}")
+                f"possible sequence max_prompt_length + sampling_config.max_tokens = {longest}: a sequence "
+                f"longer than the budget stops the run when it occurs", UserWarning, stacklevel=2)
     plan = build_run_plan(actor_config, rl_config, generate_config)
     for stage in plan.dp_stages:
         setattr(rl_config, stage.config_key, stage.rows_per_share)

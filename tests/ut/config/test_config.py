@@ -236,7 +236,6 @@ def test_validate_accepts_baseline_and_fills_derived():
     ({}, {"global_batch_size": None}, {}, "global_batch_size"),
     ({}, {"train_iters": 0}, {}, "train_iters"),
     ({"epochs": 0}, {}, {}, "epochs"),
-    ({"use_dynamic_bsz": True, "max_packing_token_size": 12}, {}, {}, "max_packing_token_size"),
 ])
 def test_validate_rule_names_field(rl, actor, gen, field):
     with pytest.raises(ValueError, match=field):
@@ -250,6 +249,12 @@ def test_shares_need_not_be_whole_groups():
     assert plan.stages["actor_train"].rows_per_share == 1 and plan.stages["actor_train"].unit == 1
     plan = validate_rl_args(*_configs({"ref_dispatch_size": 2}))
     assert plan.stages["ref_log_prob"].shares_per_rank == 8
+
+
+def test_packing_budget_below_the_longest_sequence_warns():
+    # as upstream: only a sequence that really exceeds the budget stops the run
+    with pytest.warns(UserWarning, match=r"max_packing_token_size=12 is below the longest possible sequence"):
+        validate_rl_args(*_configs({"use_dynamic_bsz": True, "max_packing_token_size": 12}))
 
 
 def test_validate_mini_batch_not_multiple_of_n():
