@@ -452,3 +452,15 @@ def test_unbalanced_stage_is_not_listed_as_balanced(tmp_path, capsys):
     _write_jsonl(tmp_path / "balance.jsonl", off)
     code, out, err = _run(["--run", tmp_path], capsys)
     assert code == 0 and out.count("served (not balanced)") == 2 and "after (balanced)" not in out
+
+
+def test_shipped_lengths_example_runs_as_the_readme_says(capsys):
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+    command = "balance_report --lengths benchmarks/lengths_example.jsonl --dp-size 8 --n-samples 8"
+    assert command in readme
+    code, out, err = _run(["--lengths", os.path.join(root, "benchmarks", "lengths_example.jsonl"),
+                           "--dp-size", 8, "--n-samples", 8], capsys)
+    assert code == 0, err
+    assert "16 groups on 8 ranks" in out and "after (balanced)" in out
