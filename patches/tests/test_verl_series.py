@@ -60,6 +60,21 @@ def test_new_files_are_adapted_package_files():
     assert "mindspeed_rl" not in patch
 
 
+VERL_PATCHES = sorted(SERIES_DIR.glob("*.patch"))
+
+
+@pytest.mark.parametrize("patch", VERL_PATCHES, ids=lambda p: p.name[:4])
+def test_verl_patch_static_checks(patch, tmp_path):
+    import test_patch_files as static
+
+    static.test_patch_parses(patch)  # mail form, hunks, at most 3 context lines
+    static.test_python_added_lines(patch)  # new files compile; our lines English, no trailing spaces
+    if shutil.which("git"):
+        static.test_git_numstat_agrees(patch, tmp_path)
+    touched = {fd.path for fd in static.parse_patch(patch.read_text(encoding="utf-8"))}
+    assert all(path.startswith("verl/") for path in touched), touched
+
+
 def _copy_package(tmp_path):
     shutil.copytree(REPO / "mindspeed_rl", tmp_path / "mindspeed_rl", ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path / "mindspeed_rl" / "utils"
