@@ -86,3 +86,50 @@ def test_get_device_picks_accelerator_by_local_rank(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert get_device(6) == torch.device("cuda", 2)
     assert get_device() == torch.device("cuda", 0)
+
+
+@pytest.mark.parametrize("family,cls", [("qwen3", "Qwen3ForCausalLM"), ("llama", "LlamaForCausalLM"),
+                                        ("qwen3_moe", "Qwen3MoeForCausalLM"),
+                                        ("deepseek_v3", "DeepseekV3ForCausalLM")])
+def test_tiny_checkpoint_of_every_family(tmp_path, family, cls):
+    from mindspeed_rl.config_cls.model_arch import checkpoint_family
+    path = build_tiny_checkpoint(tmp_path / family, model_type=family, num_hidden_layers=1)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert type(model).__name__ == cls and model.config.num_hidden_layers == 1
+    assert checkpoint_family(path) == family
+
+
+def test_unknown_family_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="model_type 'gpt9'"):
+        build_tiny_checkpoint(tmp_path / "x", model_type="gpt9")
+
+
+def _section(**keys):
+    from types import SimpleNamespace
+    base = dict(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, kv_channels=16,
+                group_query_attention=True, num_query_groups=2, vocab_size=32, padded_vocab_size=32,
+                make_vocab_size_divisible_by=1, max_position_embeddings=64, rotary_base=10000.0,
+                norm_epsilon=1e-6, attention_dropout=0.0, init_method_std=0.02,
+                untie_embeddings_and_output_weights=False, add_qkv_bias=False)
+    base.update(keys)
+    return SimpleNamespace(**base)
+
+
+def test_model_section_picks_the_family_and_a_wrong_checkpoint_is_named(tmp_path):
+    from mindspeed_rl.config_cls import model_arch
+    assert model_arch.model_family(_section(add_qkv_bias=True)) == "qwen2"
+    assert model_arch.model_family(_section()) == "llama"
+    assert model_arch.model_family(_section(qk_layernorm=True)) == "qwen3"
+    assert model_arch.model_family(_section(qk_layernorm=True, num_experts=4)) == "qwen3_moe"
+    assert model_arch.model_family(_section(multi_latent_attention=True, kv_lora_rank=16)) == "deepseek_v3"
+    moe = _section(qk_layernorm=True, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32)
+    kwargs = model_arch.hf_config_kwargs(moe)
+    assert (kwargs["model_type"], kwargs["num_experts"], kwargs["num_experts_per_tok"],
+            kwargs["moe_intermediate_size"]) == ("qwen3_moe", 4, 2, 32)
+    path = build_tiny_checkpoint(tmp_path / "moe", **kwargs)
+    model_arch.check_against_checkpoint(moe, path)  # the section's own checkpoint matches
+    with pytest.raises(ValueError, match="Qwen3ForCausalLM.*qwen3_moe"):
+        model_arch.check_against_checkpoint(_section(qk_layernorm=True), path)
+    with pytest.raises(ValueError, match="moe_intermediate_size=64"):
+        model_arch.check_against_checkpoint(_section(qk_layernorm=True, num_experts=4, moe_router_topk=2,
+                                                     moe_ffn_hidden_size=64), path)
