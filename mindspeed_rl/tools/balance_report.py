@@ -97,7 +97,7 @@ def report_from_run(path: str, iteration: Optional[int] = None, consumer: Option
     chosen = select_plans(plans, iteration, consumer, file)
     left = [c for c in unbalanced_consumers([p for p in plans if p["iteration"] == chosen[0]["iteration"]])
             if c not in {p["consumer"] for p in chosen}]
-    if left and notes is not None:
+    if left and consumer is None and notes is not None:
         notes.append(f"not balanced, left out: {', '.join(left)} (--consumer NAME shows one)")
     counts: Dict[tuple, int] = {}
     for p in chosen:

@@ -447,6 +447,8 @@ def test_unbalanced_stage_is_not_listed_as_balanced(tmp_path, capsys):
     code, out, err = _run(["--run", tmp_path, "--consumer", "actor_rollout"], capsys)
     assert code == 0, err
     assert "iteration 4, actor_rollout" in out and "served (not balanced)" in out and "after (balanced)" not in out
+    code, out, err = _run(["--run", tmp_path, "--consumer", "actor_train"], capsys)
+    assert code == 0 and "left out" not in out  # the user picked the stage: no note
     # a run with balance off: every stage is shown, none as balanced
     off = [dict(p, balanced=False) for p in ROUND]
     _write_jsonl(tmp_path / "balance.jsonl", off)
