@@ -4,10 +4,14 @@
 Iteration 1 (warm-up) is left out when there are more; medians over the rest.
 """
 import json
+import os
 import statistics
 import sys
 
-STAGES = ("rollout", "ref_log_prob", "actor_log_prob", "update")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from mindspeed_rl.config_cls.stages import STAGES as _STAGES  # noqa: E402
+
+STAGES = tuple(s.name for s in _STAGES if s.kind == "dp")  # the metrics' stage names
 
 
 def main(path: str) -> int:

@@ -37,3 +37,24 @@ def test_transfer_dock_quick_exit_code_follows_the_fail_lines(monkeypatch, capsy
     assert bool(fails) == break_equal
     if break_equal:
         assert fails[0].startswith("equal") and "targets FAILED: equal" in err
+
+
+def test_smoke_table_has_a_row_per_dp_stage_and_skips_resume_markers(tmp_path, capsys):
+    import json
+    from mindspeed_rl.config_cls.stages import STAGES
+    table = _load("smoke_table")
+    names = [s.name for s in STAGES if s.kind == "dp"]
+    rows = []
+    for it in (1, 2, 3):
+        if it == 2:  # a run resumed after iteration 1
+            rows.append({"event": "resume", "from_iteration": 1})
+        row = {"iteration": it, "timing/iteration": 1.0, "reward/mean": 0.5}
+        for name in names:
+            row.update({f"timing/{name}/max": 0.5, f"tokens/{name}/rank0": 100.0, f"tokens/{name}/rank1": 100.0})
+        rows.append(row)
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert table.main(str(path)) == 0
+    out = capsys.readouterr().out
+    for name in names:
+        assert any(line.split()[:2] == [name, "400.0"] for line in out.splitlines()), (name, out)
