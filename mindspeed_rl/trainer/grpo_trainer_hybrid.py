@@ -6,10 +6,12 @@ from typing import Dict, Iterator, List
 
 import numpy as np
 import ray
+import torch
 from tqdm import tqdm
 
 from mindspeed_rl.trainer.base import RayBaseTrainer
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, TRAIN
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch
 from mindspeed_rl.trainer.utils.compute_utils import compute_rewards
 from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
 from mindspeed_rl.utils.checkpoint import Checkpointer
@@ -41,6 +43,14 @@ def rank_balance_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
             out[f"dp_balance/{stage}/rank{dp_rank}"] = load
         out[f"dp_balance/{stage}/rank_imbalance"] = imbalance(list(loads.values()))
     return out
+
+
+def _columns(batch: dict):
+    """The batch as one buffer per column through Ray when every value is a list of tensors."""
+    if all(isinstance(v, (list, tuple)) and v and all(isinstance(t, torch.Tensor) for t in v)
+           for v in batch.values()):
+        return ColumnBatch({k: list(v) for k, v in batch.items()})
+    return batch
 
 
 class RayGRPOTrainer(RayBaseTrainer):
@@ -80,20 +90,23 @@ class RayGRPOTrainer(RayBaseTrainer):
         return self.history
 
     def step(self, iteration: int, batch: dict) -> Dict[str, float]:
-        """One iteration: the run plan's stages in order. For a DP stage the dock
-        plans the round once and each DP rank gets its shares' row ids."""
+        """One iteration: the run plan's stages in order. A DP stage is one dock
+        call for the plan and every rank's rows, one call per rank, and one dock
+        call for the results; a driver stage is one fetch and one put."""
         start = time.perf_counter()
         td, plan = self.transfer_dock, self.run_plan
-        ray.get(td.start_round.remote(self._checked(batch), self.dataset_additional_keys))
-        context = {"iteration": iteration, "kl_coef": self.kl_ctrl.value}
+        ray.get(td.start_round.remote(_columns(self._checked(batch)), self.dataset_additional_keys))
         metrics, results = {}, []
         for stage in plan.stages.values():
-            if stage.is_dp:
-                shares = ray.get(td.plan_stage.remote(stage.name))
-                group = self.ref_worker if stage.role == "ref" else self.actor_worker
-                results += group.run_stage(stage.name, shares, **context)
-            else:
+            if not stage.is_dp:
                 metrics.update(getattr(self, stage.method)(stage))
+                continue
+            group = self.ref_worker if stage.role == "ref" else self.actor_worker
+            stage_results, outputs = group.run_stage(stage.name, td, iteration=iteration,
+                                                     kl_coef=self.kl_ctrl.value)
+            results += stage_results
+            if stage.outputs:
+                ray.get(td.put_stage.remote(stage.name, *outputs))
         train = [r for r in results if f"timing/{TRAIN.name}" in r]
         metrics.update({k: float(np.mean([u[k] for u in train])) for k in train[0] if k.startswith("actor/")})
         metrics.update(rank_timing_metrics(results))

@@ -2,7 +2,7 @@
 import os
 import socket
 from datetime import timedelta
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import ray
 import torch
@@ -11,15 +11,14 @@ from transformers.utils import logging as hf_logging
 
 from mindspeed_rl.models.device import get_device, get_dist_backend
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch
-from mindspeed_rl.utils.dist_sync import broadcast_object
 from mindspeed_rl.workers.parallel_state import ParallelState
 
 
 class BaseWorker:
-    """One rank of a worker group (a Ray actor). The driver sends each DP rank
-    its row ids per stage; the TP source rank of each tensor-parallel group
-    reads them from the transfer dock and broadcasts to its peers. The layout,
-    stages and timeouts come from ``run_plan`` only."""
+    """One rank of a worker group (a Ray actor). For each stage the driver
+    sends every rank its DP rank's row ids and rows (TP peers get the same
+    ones); the TP source returns the results for the dock. The layout, stages
+    and timeouts come from ``run_plan`` only."""
 
     def __init__(self, megatron_config, rl_config, generate_config, rank: int, world_size: int,
                  run_plan=None, **kwargs):
@@ -74,37 +73,33 @@ class BaseWorker:
     def is_tp_src(self) -> bool:
         return self.parallel_state.tp_rank == 0
 
-    def read_rows(self, columns: Sequence[str], shares: List[List[int]]) -> List[dict]:
-        """This rank's shares of a stage, one dict of columns per share: the TP
-        source reads every row in one call and broadcasts to its TP peers."""
-        rows = [r for share in shares for r in share]
-        batch = None
-        if self.is_tp_src and rows:
-            batch = ray.get(self.td.get_rows.remote(list(columns), rows))
-        batch = broadcast_object(batch, self.parallel_state.tp_src, self.parallel_state.tp_group)
-        out, start = [], 0
-        for share in shares:
-            out.append({c: batch[c][start:start + len(share)] for c in columns})
-            start += len(share)
-        return out
-
     def write_rows(self, output: Dict[str, List[torch.Tensor]], rows: List[int]):
-        """Write results back in one call (the TP source only; its peers hold the same values)."""
+        """Write results to the dock in one call (the TP source only; its peers hold the same values)."""
         if self.is_tp_src and rows:
             output = ColumnBatch({k: [t.detach().cpu() for t in v] for k, v in output.items()})
             ray.get(self.td.put_experience.remote(data_dict=output, indexes=list(rows)))
 
     def collect_transfer_dock_data(self, output: Dict[str, List[torch.Tensor]], index: List[int],
                                    use_vllm: bool = False):
-        """Upstream's name for writing results back."""
+        """Upstream's name for writing results to the dock."""
         self.write_rows(output, index)
 
-    def run_stage(self, name: str, shares: List[List[int]], **context) -> Dict[str, float]:
-        """Run stage ``name`` of the run plan on this rank's ``shares``."""
+    def run_stage(self, name: str, shares: List[List[int]], batch, **context) -> Tuple[Dict[str, float], object]:
+        """Run DP stage ``name`` of the run plan on this rank's ``shares``, whose
+        rows (the shares concatenated) are ``batch``. Returns (metrics, output
+        columns for the dock's ``put_stage``; None on TP peers and for stages
+        that write nothing)."""
         stage = self.run_plan.stages.get(name)
         if stage is None or not stage.is_dp:
             raise ValueError(f"rank {self.rank}: the run plan has no DP stage '{name}'")
         if len(shares) != stage.shares_per_rank:
             raise ValueError(f"rank {self.rank}: stage '{name}' expects {stage.shares_per_rank} shares per "
                              f"rank, got {len(shares)}")
-        return getattr(self, stage.method)(shares, **context)
+        batches, start = [], 0
+        for share in shares:
+            batches.append({c: batch[c][start:start + len(share)] for c in stage.inputs})
+            start += len(share)
+        metrics, output = getattr(self, stage.method)(batches, shares, **context)
+        if output is None or not self.is_tp_src:
+            return metrics, None
+        return metrics, ColumnBatch({k: [t.detach().cpu() for t in v] for k, v in output.items()})

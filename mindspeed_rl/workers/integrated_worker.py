@@ -85,17 +85,17 @@ class IntegratedWorker(BaseWorker):
         return [chunk.tolist() for chunk in np.array_split(np.arange(n), count)]
 
     # ------------------------------------------------------------ stages
-    # Each takes this rank's shares of the round (row lists from the driver's plan).
+    # Each takes this rank's rows, one column dict per share, and returns
+    # (metrics, output columns) (see BaseWorker.run_stage).
 
-    def generate_sequences(self, shares: List[List[int]], iteration: int = 0, **_) -> Dict[str, float]:
+    def generate_sequences(self, batches, shares, iteration: int = 0, **_):
         """Rollout of this rank's shares. A share's sampling seed depends on
         (seed, iteration, its first row) only, so runs repeat and resume exactly."""
         start = time.perf_counter()
-        stage = self.run_plan.stages[ROLLOUT.name]
         sampling = self.generate_config.sampling_config
         base = sampling["seed"] if sampling["seed"] is not None else self.rl_config.seed
-        lengths, out, rows = [], {"responses": [], "response_length": []}, []
-        for batch, share in zip(self.read_rows(stage.inputs, shares), shares):
+        lengths, out = [], {"responses": [], "response_length": []}
+        for batch, share in zip(batches, shares):
             responses = self.actor.generate(batch["prompts"], max_new_tokens=sampling["max_tokens"],
                                             temperature=sampling["temperature"], top_p=sampling["top_p"],
                                             top_k=max(0, sampling["top_k"]), min_p=sampling["min_p"],
@@ -103,47 +103,41 @@ class IntegratedWorker(BaseWorker):
                                             seed=rollout_seed(base, iteration, share[0]))
             out["responses"] += responses
             out["response_length"] += [torch.tensor([r.numel()], dtype=torch.int32) for r in responses]
-            rows += share
             lengths += [p.numel() + r.numel() for p, r in zip(batch["prompts"], responses)]
-        self.write_rows(out, rows)
-        return self._timing(stage.name, start, lengths)
+        return self._timing(ROLLOUT.name, start, lengths), out
 
-    def _log_prob_stage(self, stage, shares, engine) -> Dict[str, float]:
+    def _log_prob_stage(self, stage, batches, engine):
         start = time.perf_counter()
         forward_mbs = getattr(self.rl_config, stage.stage.micro_batch_key)
-        lengths_seen, out, rows = [], [], []
-        for batch, share in zip(self.read_rows(stage.inputs, shares), shares):
+        lengths_seen, out = [], []
+        for batch in batches:
             lengths = _lengths(batch)
             lengths_seen += lengths
             parts = self._micro_batches(lengths, forward_mbs, sync=False)
             log_probs, _ = engine.log_probs(batch["prompts"], batch["responses"], parts,
                                             temperature=self._temperature())
             out += log_probs
-            rows += share
-        self.write_rows({stage.outputs[0]: out}, rows)
-        return self._timing(stage.name, start, lengths_seen)
+        return self._timing(stage.name, start, lengths_seen), {stage.outputs[0]: out}
 
-    def compute_ref_log_prob(self, shares: List[List[int]], **_) -> Dict[str, float]:
-        return self._log_prob_stage(self.run_plan.stages[REF.name], shares, self.ref)
+    def compute_ref_log_prob(self, batches, shares=None, **_):
+        return self._log_prob_stage(self.run_plan.stages[REF.name], batches, self.ref)
 
-    def compute_log_prob(self, shares: List[List[int]], **_) -> Dict[str, float]:
-        return self._log_prob_stage(self.run_plan.stages[OLD.name], shares, self.actor)
+    def compute_log_prob(self, batches, shares=None, **_):
+        return self._log_prob_stage(self.run_plan.stages[OLD.name], batches, self.actor)
 
-    def update(self, shares: List[List[int]], kl_coef: float = 0.0, **_) -> Dict[str, float]:
+    def update(self, batches, shares=None, kl_coef: float = 0.0, **_):
         """GRPO update: this rank's shares of the round (one per mini-batch,
         balanced by the dock), ``epochs`` passes, one optimizer step per mini-batch."""
         start = time.perf_counter()
         plan = self.run_plan
-        stage = plan.stages[TRAIN.name]
         on_policy = not plan.computes_old_log_prob
-        batches = self.read_rows(stage.inputs, shares)
         metrics = []
         for _ in range(plan.epochs):
             for batch in batches:
                 metrics.append(self._train_mini_batch(batch, kl_coef, on_policy))
         out = {k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]} if metrics else {}
-        out.update(self._timing(stage.name, start, [n for b in batches for n in _lengths(b)]))
-        return out
+        out.update(self._timing(TRAIN.name, start, [n for b in batches for n in _lengths(b)]))
+        return out, None
 
     def _train_mini_batch(self, batch, kl_coef, skip_actor_log_prob) -> Dict[str, float]:
         rl = self.rl_config

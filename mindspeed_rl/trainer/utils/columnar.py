@@ -215,9 +215,15 @@ class ColumnStore:
         if total >= 64 * rows.numel():  # long rows: one memcpy per row beats an index gather
             starts = self._start[rows].tolist()
             return torch.cat([self._data[a:a + n] for a, n in zip(starts, sizes.tolist())]), lengths
-        base = torch.repeat_interleave(self._start[rows] - (torch.cumsum(sizes, 0) - sizes), sizes)
-        index = base + torch.arange(total)
+        # numpy: torch's threaded repeat_interleave costs ~1 ms on small inputs
+        offsets = (self._start[rows] - (torch.cumsum(sizes, 0) - sizes)).numpy()
+        index = torch.from_numpy(np.repeat(offsets, sizes.numpy()) + np.arange(total))
         return self._data[index], lengths
+
+    def packed(self, rows: Tensor) -> Packed:
+        """``rows`` as one flat buffer (see ``get``) with their lengths and trailing shape."""
+        flat, lengths = self.get(rows)
+        return flat, lengths, self._trailing
 
     def __getitem__(self, row: int) -> Optional[Tensor]:
         return self._views[int(row)]

@@ -3,11 +3,11 @@
 Rows are samples (``prompts_num * n_samples_per_prompt`` of them, a GRPO
 group's n samples in consecutive rows); columns are experience fields.
 
-The driver runs the stages of the run plan in order. For a DP stage it asks
-the dock for the round's plan once (``plan_stage``: balanced shares, share s
-to DP rank s % dp) and sends each rank its row ids; a rank reads its rows in
-one call (``get_rows``) and writes its results in one call
-(``put_experience``). Nothing polls. Upstream's pull API
+The driver runs the stages of the run plan in order. For a DP stage one dock
+call (``dispatch``) plans the round (balanced shares, share s to DP rank
+s % dp) and returns each rank's rows as its own object, which the driver hands
+to that rank with its row ids; the ranks' results come back to the dock in one
+call (``put_stage``). Nothing polls and no rank calls the dock. Upstream's pull API
 (``get_experience(..., use_batch_seqlen_balance)``, consumer status) is kept
 in ``transfer_dock_compat``.
 """
@@ -186,6 +186,8 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
                 balance_objective, balance_method, workload_model = spec.objective, spec.method, spec.workload
             seed, timeout = run_plan.seed, run_plan.timeouts.data_wait
         self.run_plan = run_plan
+        if ray.is_initialized() and ray.get_runtime_context().get_actor_id():
+            torch.set_num_threads(1)  # the dock actor moves small buffers; intra-op threads only add latency
         columns = list(DEFAULT_COLUMNS) + [c for c in addition_columns or [] if c not in DEFAULT_COLUMNS]
         self.experience_consumers = list(DEFAULT_CONSUMERS) + [
             c for c in addition_consumers or [] if c not in DEFAULT_CONSUMERS]
@@ -304,14 +306,51 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
         self._stage_plans[name] = plan
         return plan
 
+    def dispatch(self, name: str) -> list:
+        """``[plan, batch_0, ..., batch_{dp-1}]`` for DP stage ``name``: the
+        round's plan and, for each DP rank, its rows of the stage's inputs (its
+        shares concatenated, in order). Call with
+        ``.options(num_returns=dp + 1)`` so each batch is its own object and
+        goes straight to its rank."""
+        plan = self.plan_stage(name)
+        columns = list(self.run_plan.stages[name].inputs)
+        return [plan] + [self.get_rows(columns, [r for share in shares for r in share]) for shares in plan]
+
+    def put_stage(self, name: str, *outputs) -> None:
+        """Write DP stage ``name``'s results: ``outputs[r]`` holds DP rank r's
+        output columns for its rows in plan order (all checked before any write)."""
+        plan = self.plan_stage(name)
+        if len(outputs) != len(plan):
+            raise ValueError(f"put_stage('{name}'): {len(outputs)} outputs for {len(plan)} DP ranks")
+        parts = []
+        for rank, (shares, out) in enumerate(zip(plan, outputs)):
+            rows = [r for share in shares for r in share]
+            packed = getattr(out, "_packed", None)
+            if packed is not None:
+                columns, values = list(packed), [narrow(p) for p in packed.values()]
+            else:
+                columns, lists = trans_input_to_experience(out)
+                values = [pack(c, v) for c, v in zip(columns, lists)]
+            expected = list(self.run_plan.stages[name].outputs)
+            if sorted(columns) != sorted(expected):
+                raise ValueError(f"put_stage('{name}'): rank {rank} gave columns {columns}, the stage writes {expected}")
+            for column, part in zip(columns, values):
+                if part[1].numel() != len(rows):
+                    raise ValueError(f"put_stage('{name}'): rank {rank} gave {part[1].numel()} rows of '{column}' "
+                                     f"for its {len(rows)} rows")
+                self.experience_data[column].check(column, part)
+            parts.append((columns, values, rows))
+        for columns, values, rows in parts:
+            self._put_packed(columns, values, rows)
+
     def get_rows(self, experience_columns: List[str], indexes: List[int]) -> ColumnBatch:
         """``indexes``' rows of ``experience_columns`` in the order given (one
         buffer per column through Ray); every cell must have been put."""
         self._check_columns(experience_columns, "get rows")
         rows = self._check_indexes(indexes, "get rows")
         self._require(experience_columns, rows, f"get rows {list(experience_columns)}")
-        with self._data_lock:
-            return ColumnBatch({c: self.experience_data[c].rows(rows) for c in experience_columns})
+        with self._data_lock:  # gathered into one buffer per column: nothing to pack when pickled
+            return ColumnBatch(packed={c: self.experience_data[c].packed(rows) for c in experience_columns})
 
     def _unit_lengths(self, columns: Sequence[str], unit: int):
         """unit ids -> their rows' token counts (units x rows), summed over ``columns``."""

@@ -1,5 +1,5 @@
 """RayActorGroup: one Ray actor per rank in a placement group, driven together."""
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -101,14 +101,23 @@ class RayActorGroup:
 
     # ------------------------------------------------------------ stages
 
-    def run_stage(self, name: str, shares_per_dp_rank: List[List[List[int]]], **context) -> List[Dict[str, float]]:
-        """Stage ``name`` of the run plan: every rank gets its DP rank's shares
-        (TP peers the same ones) and ``context`` (iteration, kl_coef)."""
+    def run_stage(self, name: str, td, **context) -> Tuple[List[Dict[str, float]], List[ray.ObjectRef]]:
+        """DP stage ``name`` of the run plan: one dock call plans the round and
+        cuts each DP rank's rows; every rank gets its DP rank's row ids and rows
+        (TP peers the same ones) and ``context`` (iteration, kl_coef). Returns the ranks' metrics and, in DP order,
+        the TP sources' output refs (for the dock's ``put_stage``)."""
         layout = self.run_plan.layout
-        if len(shares_per_dp_rank) != layout.dp:
-            raise ValueError(f"stage '{name}': shares for {len(shares_per_dp_rank)} DP ranks, layout has {layout.dp}")
-        return self.execute_per_rank("run_stage", [(name, shares_per_dp_rank[ParallelState.from_layout(rank, layout).dp_rank])
-                                                   for rank in range(self.world_size)], **context)
+        refs = td.dispatch.options(num_returns=layout.dp + 1).remote(name)
+        plan = ray.get(refs[0])
+        outputs, metrics = [], []
+        for rank, actor in enumerate(self.actors):
+            dp_rank = ParallelState.from_layout(rank, layout).dp_rank
+            m, out = actor.run_stage.options(num_returns=2).remote(name, plan[dp_rank], refs[1 + dp_rank],
+                                                                   **context)
+            metrics.append(m)
+            if ParallelState.from_layout(rank, layout).tp_rank == 0:
+                outputs.append(out)
+        return self._wait(metrics, name), outputs
 
     def sync_init_transfer_dock(self, transfer_dock, mm_transfer_dock=None):
         self.execute_sync_command("init_transfer_dock", transfer_dock)

@@ -96,6 +96,15 @@ def _fill(dock, plan, seed=0):
                          "old_log_prob": [torch.full((int(n),), -0.5) for n in lengths]}, rows)
 
 
+def _run(dock, workers, name, **context):
+    """Stage ``name`` as the driver runs it: one dispatch, each rank's run, one put of the results."""
+    plan, *batches = dock.dispatch(name)
+    results = [w.run_stage(name, plan[r], batches[r], **context) for r, w in enumerate(workers)]
+    if any(out is not None for _, out in results):
+        dock.put_stage(name, *[out for _, out in results])
+    return plan, [m for m, _ in results]
+
+
 def _seen_rows(dock, worker, kind):
     """Rows (by prompt identity) a worker's engine was given."""
     return [call[1] for call in worker.actor.calls if call[0] == kind]
@@ -105,9 +114,7 @@ def test_each_rank_processes_exactly_its_plan_shares(local):
     cfgs, dock, (w0, w1) = _setup()
     plan = cfgs.plan
     _fill(dock, plan)
-    shares = dock.plan_stage(OLD.name)
-    r1 = w1.run_stage(OLD.name, shares[1])
-    r0 = w0.run_stage(OLD.name, shares[0])
+    shares, (r0, r1) = _run(dock, [w0, w1], OLD.name)
     lengths = (dock.experience_lengths["prompt_length"] + dock.experience_lengths["response_length"]).numpy()
     for worker, result, rank in ((w0, r0, 0), (w1, r1, 1)):
         mine = torch.tensor([r for share in shares[rank] for r in share])
@@ -121,9 +128,8 @@ def test_each_rank_processes_exactly_its_plan_shares(local):
 def test_log_probs_use_the_sampling_temperature(local):
     cfgs, dock, (w0, w1) = _setup("generate_config.sampling_config.temperature=0.5")
     _fill(dock, cfgs.plan)
-    shares = dock.plan_stage(OLD.name)[0]
-    w0.run_stage(OLD.name, shares)
-    w0.run_stage(TRAIN.name, dock.plan_stage(TRAIN.name)[0], kl_coef=0.0)
+    shares = _run(dock, [w0, w1], OLD.name)[0][0]
+    _run(dock, [w0, w1], TRAIN.name, kl_coef=0.0)
     temps = [call[2] for call in w0.actor.calls if call[0] in ("log_probs", "train_step")]
     assert temps and all(t == 0.5 for t in temps)
     rows = [r for share in shares for r in share]
@@ -133,9 +139,9 @@ def test_log_probs_use_the_sampling_temperature(local):
 def test_kl_coefficient_reaches_the_loss(local):
     losses = []
     for coef in (0.0, 0.5):
-        cfgs, dock, (w0, _) = _setup()
+        cfgs, dock, (w0, w1) = _setup()
         _fill(dock, cfgs.plan)
-        w0.run_stage(TRAIN.name, dock.plan_stage(TRAIN.name)[0], kl_coef=coef)
+        _run(dock, [w0, w1], TRAIN.name, kl_coef=coef)
         losses.append(sum(call[3] for call in w0.actor.calls if call[0] == "train_step"))
     # policy -0.5 vs reference -2.0 on every token: the KL term is strictly positive
     assert losses[1] > losses[0] + 1e-3
@@ -143,9 +149,9 @@ def test_kl_coefficient_reaches_the_loss(local):
 
 def test_epochs_repeat_the_rank_mini_batches(local):
     for epochs in (1, 3):
-        cfgs, dock, (w0, _) = _setup(f"rl_config.epochs={epochs}")
+        cfgs, dock, (w0, w1) = _setup(f"rl_config.epochs={epochs}")
         _fill(dock, cfgs.plan)
-        w0.run_stage(TRAIN.name, dock.plan_stage(TRAIN.name)[0], kl_coef=0.0)
+        _run(dock, [w0, w1], TRAIN.name, kl_coef=0.0)
         steps = [c for c in w0.actor.calls if c[0] == "train_step"]
         assert len(steps) == cfgs.plan.mini_batches * epochs
         # every epoch trains on the same shares, in the same order
@@ -162,6 +168,8 @@ def test_lr_schedule_spans_the_run_plan_optimizer_steps(local):
     for step in range(total + 1):
         want = lr_at(step, base_lr=1e-3, min_lr=1e-5, total_steps=total, warmup_steps=4, style="cosine")
         assert math.isclose(schedule(step), want)
+    # pinned ends: warm-up from base_lr / warmup_steps, decay down to min_lr at the last step
+    assert math.isclose(schedule(0), 1e-3 / 4) and math.isclose(schedule(total), 1e-5)
     assert w0.actor.kwargs["eps"] == cfgs.actor_config.adam_eps
 
 
@@ -170,9 +178,7 @@ def test_rollout_uses_sampling_settings(local):
                                   "generate_config.sampling_config.top_p=0.9")
     plan = cfgs.plan
     dock.put_prompts_experience({"prompts": [torch.tensor([1, 2, i]) for i in range(plan.prompts_per_round)]})
-    shares = dock.plan_stage(ROLLOUT.name)
-    w0.run_stage(ROLLOUT.name, shares[0], iteration=1)
-    w1.run_stage(ROLLOUT.name, shares[1], iteration=1)
+    _run(dock, [w0, w1], ROLLOUT.name, iteration=1)
     kwargs = [c[1] for w in (w0, w1) for c in w.actor.calls if c[0] == "generate"]
     assert all(k["min_p"] == 0.05 and k["top_p"] == 0.9 and k["temperature"] == 1.0 for k in kwargs)
     assert bool((dock.experience_data_status["responses"] == 1).all())
@@ -231,8 +237,7 @@ def test_rollout_seed_follows_the_first_row_of_each_share(local):
     cfgs, dock, (w0, w1) = _setup()
     plan = cfgs.plan
     dock.put_prompts_experience({"prompts": [torch.tensor([1, 2, i]) for i in range(plan.prompts_per_round)]})
-    shares = dock.plan_stage(ROLLOUT.name)
-    w0.run_stage(ROLLOUT.name, shares[0], iteration=3)
+    shares = _run(dock, [w0, w1], ROLLOUT.name, iteration=3)[0]
     seeds = [c[1]["seed"] for c in w0.actor.calls if c[0] == "generate"]
     assert seeds == [iw.rollout_seed(cfgs.rl_config.seed, 3, share[0]) for share in shares[0]]
 
@@ -251,11 +256,11 @@ def test_megatron_seed_seeds_each_rank_global_streams(local):
 def test_run_stage_checks_the_share_count(local):
     cfgs, dock, (w0, _) = _setup()
     _fill(dock, cfgs.plan)
-    shares = dock.plan_stage(TRAIN.name)[0]
+    plan, batch, _ = dock.dispatch(TRAIN.name)
     with pytest.raises(ValueError, match="expects 2 shares per rank, got 1"):
-        w0.run_stage(TRAIN.name, shares[:1])
+        w0.run_stage(TRAIN.name, plan[0][:1], batch)
     with pytest.raises(ValueError, match="no DP stage 'rule_reward'"):
-        w0.run_stage("rule_reward", shares)
+        w0.run_stage("rule_reward", plan[0], batch)
 
 
 def test_accelerator_rng_state_is_checkpointed_for_any_device_type(monkeypatch):
