@@ -234,7 +234,9 @@ def _run_round(group, docks, batch, balance):
     names = {"ref_log_prob": "ref_log_prob", "actor_log_prob": "actor_log_prob", "update": "actor_train"}
     for stage in STAGES:
         key = names[stage]
-        results = group.run_stage(key, ray.get(td.plan_stage.remote(key)), kl_coef=KL_COEF)
+        results, outputs = group.run_stage(key, td, kl_coef=KL_COEF)
+        if key != "actor_train":  # the log-prob stages' outputs feed the update
+            ray.get(td.put_stage.remote(key, *outputs))
         mbs = group.execute_sync_command("pop_micro_batches")
         out["stages"][stage] = {
             "seconds": [float(r[f"timing/{key}"]) for r in results],

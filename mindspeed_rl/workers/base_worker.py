@@ -84,14 +84,19 @@ class BaseWorker:
         """Upstream's name for writing results to the dock."""
         self.write_rows(output, index)
 
-    def run_stage(self, name: str, shares: List[List[int]], batch, **context) -> Tuple[Dict[str, float], object]:
-        """Run DP stage ``name`` of the run plan on this rank's ``shares``, whose
-        rows (the shares concatenated) are ``batch``. Returns (metrics, output
-        columns for the dock's ``put_stage``; None on TP peers and for stages
-        that write nothing)."""
+    def run_stage(self, name: str, plan: List[List[List[int]]], batch, **context) -> Tuple[Dict[str, float], object]:
+        """Run DP stage ``name`` on this rank's shares of the round's ``plan``
+        (row lists per DP rank, from the dock's ``dispatch``); ``batch`` holds
+        those rows (the shares concatenated). Returns (metrics, output columns
+        for the dock's ``put_stage``; None on TP peers and for stages that
+        write nothing)."""
         stage = self.run_plan.stages.get(name)
         if stage is None or not stage.is_dp:
             raise ValueError(f"rank {self.rank}: the run plan has no DP stage '{name}'")
+        if len(plan) != self.parallel_state.dp_size:
+            raise ValueError(f"rank {self.rank}: stage '{name}' plan has {len(plan)} DP ranks, the layout "
+                             f"{self.parallel_state.dp_size}")
+        shares = plan[self.parallel_state.dp_rank]
         if len(shares) != stage.shares_per_rank:
             raise ValueError(f"rank {self.rank}: stage '{name}' expects {stage.shares_per_rank} shares per "
                              f"rank, got {len(shares)}")

@@ -1,4 +1,6 @@
 """RayActorGroup: one Ray actor per rank in a placement group, driven together."""
+import os
+import time
 from typing import Any, Dict, List, Optional, Tuple, Type
 
 import ray
@@ -7,6 +9,23 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.parallel_state import ParallelState
+
+BRIEF_CHARS = 600
+
+
+def brief(err: BaseException) -> str:
+    """A rank's error in one line: the remote exception itself, not Ray's
+    traceback around it, cut to ``BRIEF_CHARS``."""
+    cause = getattr(err, "cause", None) if isinstance(err, ray.exceptions.RayTaskError) else None
+    if isinstance(cause, BaseException):
+        err = cause
+    if isinstance(err, ray.exceptions.RayActorError):
+        text = "the worker process died" + (f" ({err.error_msg.splitlines()[0]})"
+                                            if getattr(err, "error_msg", "") else "")
+    else:
+        text = f"{type(err).__name__}: {err}"
+    text = " ".join(text.split())
+    return text if len(text) <= BRIEF_CHARS else text[:BRIEF_CHARS - 3] + "..."
 
 
 def _accelerator() -> Optional[str]:
@@ -17,24 +36,102 @@ def _accelerator() -> Optional[str]:
     return None
 
 
+class StageTimeoutError(TimeoutError):
+    """A command on the worker group passed its deadline (the silent ranks are named)."""
+
+
+class PlacementError(RuntimeError):
+    """The cluster cannot place the workers the run asks for."""
+
+
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+def choose_strategy(configured: str, num_nodes: int) -> str:
+    """``rl_config.placement_strategy``: 'auto' spreads DP ranks over the nodes
+    of a multi-node cluster and packs them on a single node."""
+    if configured == "auto":
+        return "SPREAD" if num_nodes > 1 else "PACK"
+    if configured not in PLACEMENT_STRATEGIES:
+        raise ValueError(f"rl_config.placement_strategy must be 'auto' or one of {PLACEMENT_STRATEGIES}, "
+                         f"got {configured!r}")
+    return configured
+
+
+def _nodes() -> List[dict]:
+    return [n for n in ray.nodes() if n.get("Alive")]
+
+
+def _whereabouts(_actor=None) -> Tuple[int, str]:
+    return os.getpid(), ray.get_runtime_context().get_node_id()
+
+
+def _fmt(resources: Dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items())) + "}"
+
+
+def placement_shortfall(bundle: Dict[str, float], count: int, strategy: str, nodes: List[dict]) -> Optional[str]:
+    """Why ``count`` bundles cannot be placed on ``nodes`` at all (None when they fit)."""
+    totals: Dict[str, float] = {}
+    for node in nodes:
+        for key, value in node.get("Resources", {}).items():
+            totals[key] = totals.get(key, 0.0) + value
+    asked = {k: v * count for k, v in bundle.items()}
+    short = [k for k, v in asked.items() if totals.get(k, 0.0) + 1e-9 < v]
+    has = _fmt({k: totals.get(k, 0.0) for k in bundle})
+    if short:
+        return (f"the run asks for {count} workers x {_fmt(bundle)} = {_fmt(asked)}; the cluster has "
+                f"{has} on {len(nodes)} node(s)")
+    if strategy == "STRICT_SPREAD" and count > len(nodes):
+        return f"placement STRICT_SPREAD puts each of {count} workers on its own node; the cluster has {len(nodes)}"
+    if strategy == "STRICT_PACK":
+        best = max((min(n.get("Resources", {}).get(k, 0.0) / v for k, v in bundle.items() if v) for n in nodes),
+                   default=0.0)
+        if best + 1e-9 < count:
+            return (f"placement STRICT_PACK puts all {count} workers x {_fmt(bundle)} on one node; the largest "
+                    f"node fits {int(best)}")
+    return None
+
+
+def _place(bundle: Dict[str, float], count: int, strategy: str, timeout: float):
+    """A ready placement group of ``count`` bundles, or one line saying what was asked and what the cluster has."""
+    nodes = _nodes()
+    hint = " (rl_config.actor_resource.num_npus sets the worker count)"
+    problem = placement_shortfall(bundle, count, strategy, nodes)
+    if problem:
+        raise PlacementError(f"cannot place the workers: {problem}{hint}")
+    group = placement_group([dict(bundle) for _ in range(count)], strategy=strategy)
+    try:
+        ray.get(group.ready(), timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        remove_placement_group(group)
+        free = _fmt({k: ray.available_resources().get(k, 0.0) for k in bundle})
+        raise PlacementError(f"cannot place the workers within {timeout:g}s: the run asks for {count} workers x "
+                             f"{_fmt(bundle)} ({strategy}); the cluster has {free} free now on {len(nodes)} "
+                             f"node(s) (other jobs hold the rest?){hint}") from None
+    return group
+
+
 class RayActorGroup:
     def __init__(self, worker: Type[BaseWorker], megatron_config, rl_config, generate_config, run_plan,
                  num_cpus_per_worker: Optional[float] = None, stage_timeout: Optional[float] = None, **kwargs):
         """One worker per device of ``run_plan.layout``. ``stage_timeout``
-        bounds one command on the group (None: no bound; a rank that fails or
-        dies still ends the command at once)."""
+        bounds one command on the group (None: the run plan's stage deadline,
+        ``rl_config.stage_timeout``); a rank that fails or dies ends the
+        command at once, a rank that does not answer by the deadline is named."""
         self.worker = worker
         self.megatron_config, self.rl_config, self.generate_config = megatron_config, rl_config, generate_config
         self.run_plan = run_plan
         self.world_size = run_plan.layout.world_size
-        self.stage_timeout = stage_timeout
+        self.stage_timeout = stage_timeout if stage_timeout is not None else run_plan.timeouts.stage_deadline
+        self.actors, self.pids = [], []
         accel = _accelerator()
         cpus = num_cpus_per_worker if num_cpus_per_worker is not None else (1 if accel else 0.5)
         bundle = {"CPU": cpus, **({accel: 1} if accel else {})}
-        self.placement_group = placement_group([dict(bundle) for _ in range(self.world_size)], strategy="PACK")
-        ray.get(self.placement_group.ready(), timeout=run_plan.timeouts.placement)
+        configured = getattr(rl_config, "placement_strategy", "auto") if rl_config is not None else "auto"
+        self.strategy = choose_strategy(configured, len(_nodes()))
+        self.placement_group = _place(bundle, self.world_size, self.strategy, run_plan.timeouts.placement)
         remote_cls = ray.remote(worker)
-        self.actors = []
         for rank in range(self.world_size):
             options = dict(num_cpus=cpus, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 self.placement_group, placement_group_bundle_index=rank))
@@ -45,6 +142,8 @@ class RayActorGroup:
             self.actors.append(remote_cls.options(**options).remote(
                 megatron_config, rl_config, generate_config, rank=rank, world_size=self.world_size,
                 run_plan=run_plan, **kwargs))
+        # (pid, node id) per rank: named when a rank does not answer
+        self.pids = self._wait([a.__ray_call__.remote(_whereabouts) for a in self.actors], "start")
         addr, port = self._wait([self.actors[0].get_master_addr_port.remote()], "get_master_addr_port")[0]
         self.execute_sync_command("init_distributed", addr, port)
 
@@ -52,28 +151,44 @@ class RayActorGroup:
 
     def _wait(self, refs: List[ray.ObjectRef], name: str) -> List[Any]:
         """Results in rank order; the first failing rank ends the group with a
-        clear error instead of leaving the others blocked in a collective."""
+        clear error instead of leaving the others blocked in a collective, and
+        ranks that do not answer within ``stage_timeout`` are named."""
         index = {ref: i for i, ref in enumerate(refs)}
         results: Dict[int, Any] = {}
         pending = list(refs)
+        deadline = None if self.stage_timeout is None else time.monotonic() + self.stage_timeout
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1, timeout=self.stage_timeout)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, pending = ray.wait(pending, num_returns=1, timeout=left)
             if not ready:
+                silent = sorted(index[r] for r in pending)
                 self.kill()
-                raise TimeoutError(f"worker group: '{name}' did not finish within {self.stage_timeout:g}s")
+                raise StageTimeoutError(
+                    f"'{name}' did not finish within {self.stage_timeout:g}s (rl_config.stage_timeout): "
+                    f"{self._ranks(silent)} did not answer"
+                    + (f", rank(s) {sorted(results)} finished" if results else "") + "; the run stops")
             try:
                 results[index[ready[0]]] = ray.get(ready[0])
             except Exception:  # a rank died or raised
-                rank, err = self._root_cause(ready[0], pending, index)
+                rank, err, silent = self._root_cause(ready[0], pending, index)
                 self.kill()
-                raise RuntimeError(f"worker rank {rank} failed in '{name}': {err}") from err
+                also = f" ({self._ranks(silent)} did not answer either)" if silent else ""
+                raise RuntimeError(f"worker rank {rank} failed in '{name}': {brief(err)}{also}") from err
         return [results[i] for i in range(len(refs))]
+
+    def _ranks(self, ranks: List[int]) -> str:
+        """'rank 1 (pid 123)' / 'ranks 1, 3 (pids 123, 456)'."""
+        pids = [str(self.pids[r][0]) for r in ranks if r < len(self.pids)]
+        label = "rank" if len(ranks) == 1 else "ranks"
+        where = f" (pid{'s' if len(pids) > 1 else ''} {', '.join(pids)})" if len(pids) == len(ranks) else ""
+        return f"{label} {', '.join(map(str, ranks))}{where}"
 
     @staticmethod
     def _root_cause(first, pending, index, grace: float = 3.0):
-        """The failure to report: a dead rank or a rank's own error beats the
-        collective errors its peers see as a consequence (closed connections)."""
-        done, _ = ray.wait(pending, num_returns=len(pending), timeout=grace) if pending else ([], [])
+        """The failure to report, and the ranks still silent after ``grace``: a
+        dead rank or a rank's own error beats the collective errors its peers
+        see as a consequence (closed connections, collective timeouts)."""
+        done, silent = ray.wait(pending, num_returns=len(pending), timeout=grace) if pending else ([], [])
         failures = []
         for ref in [first, *done]:
             try:
@@ -87,7 +202,8 @@ class RayActorGroup:
                 word in text for word in ("gloo", "connection", "nccl", "hccl", "timed out"))
         failures.sort(key=lambda item: (not isinstance(item[1], ray.exceptions.RayActorError),
                                         secondary(item[1]), item[0]))
-        return failures[0]
+        rank, err = failures[0]
+        return rank, err, sorted(index[r] for r in silent)
 
     def execute_sync_command(self, method_name: str, *args, **kwargs) -> List[Any]:
         return self._wait([getattr(a, method_name).remote(*args, **kwargs) for a in self.actors], method_name)
@@ -108,14 +224,13 @@ class RayActorGroup:
         the TP sources' output refs (for the dock's ``put_stage``)."""
         layout = self.run_plan.layout
         refs = td.dispatch.options(num_returns=layout.dp + 1).remote(name)
-        plan = ray.get(refs[0])
         outputs, metrics = [], []
-        for rank, actor in enumerate(self.actors):
-            dp_rank = ParallelState.from_layout(rank, layout).dp_rank
-            m, out = actor.run_stage.options(num_returns=2).remote(name, plan[dp_rank], refs[1 + dp_rank],
+        for rank, actor in enumerate(self.actors):  # Ray hands each rank the plan and its rows when ready
+            state = ParallelState.from_layout(rank, layout)
+            m, out = actor.run_stage.options(num_returns=2).remote(name, refs[0], refs[1 + state.dp_rank],
                                                                    **context)
             metrics.append(m)
-            if ParallelState.from_layout(rank, layout).tp_rank == 0:
+            if state.tp_rank == 0:
                 outputs.append(out)
         return self._wait(metrics, name), outputs
 
@@ -136,9 +251,14 @@ class RayActorGroup:
 
     def kill(self):
         for actor in self.actors:
-            ray.kill(actor, no_restart=True)
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # already gone
+                pass
         self.actors = []
-        remove_placement_group(self.placement_group)
+        if self.placement_group is not None:
+            remove_placement_group(self.placement_group)
+            self.placement_group = None
 
     def shutdown(self):
         if self.actors:

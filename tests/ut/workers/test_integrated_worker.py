@@ -99,7 +99,7 @@ def _fill(dock, plan, seed=0):
 def _run(dock, workers, name, **context):
     """Stage ``name`` as the driver runs it: one dispatch, each rank's run, one put of the results."""
     plan, *batches = dock.dispatch(name)
-    results = [w.run_stage(name, plan[r], batches[r], **context) for r, w in enumerate(workers)]
+    results = [w.run_stage(name, plan, batches[w.parallel_state.dp_rank], **context) for w in workers]
     if any(out is not None for _, out in results):
         dock.put_stage(name, *[out for _, out in results])
     return plan, [m for m, _ in results]
@@ -258,9 +258,11 @@ def test_run_stage_checks_the_share_count(local):
     _fill(dock, cfgs.plan)
     plan, batch, _ = dock.dispatch(TRAIN.name)
     with pytest.raises(ValueError, match="expects 2 shares per rank, got 1"):
-        w0.run_stage(TRAIN.name, plan[0][:1], batch)
+        w0.run_stage(TRAIN.name, [plan[0][:1], plan[1]], batch)
+    with pytest.raises(ValueError, match="plan has 1 DP ranks"):
+        w0.run_stage(TRAIN.name, plan[:1], batch)
     with pytest.raises(ValueError, match="no DP stage 'rule_reward'"):
-        w0.run_stage("rule_reward", plan[0], batch)
+        w0.run_stage("rule_reward", plan, batch)
 
 
 def test_accelerator_rng_state_is_checkpointed_for_any_device_type(monkeypatch):
