@@ -208,12 +208,28 @@ def _check_layout(actor_config, rl_config, generate_config) -> Layout:
 
 
 def _check_tp_divides_model(cfg, tp):
-    """TP must split heads and KV heads evenly (checked again on the checkpoint by the engine)."""
-    mla = getattr(cfg, "multi_latent_attention", False)
-    kv = cfg.num_query_groups if cfg.group_query_attention and not mla else cfg.num_attention_heads
-    for key, value in (("num_attention_heads", cfg.num_attention_heads), ("num_query_groups", kv),
-                       ("ffn_hidden_size", cfg.ffn_hidden_size),
-                       ("moe_ffn_hidden_size", getattr(cfg, "moe_ffn_hidden_size", None))):
+    """TP must split evenly what the engine splits for the model's family (its HF ``base_model_tp_plan``,
+    models/sharding.py; checked again on the model by the engine): attention heads and KV heads, except
+    DeepSeek-V3's MLA (left whole on TP peers); the dense MLP where the family has dense layers (none in
+    Qwen3-MoE; DeepSeek-V3's first_k_dense_replace, HF default 3); DeepSeek-V3's shared experts. Routed
+    experts are never split over TP (FSDP shards them over DP)."""
+    from mindspeed_rl.config_cls.model_arch import has_model_section, model_family
+    if tp <= 1 or not has_model_section(cfg):
+        return
+    family = model_family(cfg)
+    sizes = []
+    if family != "deepseek_v3":
+        kv = cfg.num_query_groups if cfg.group_query_attention else cfg.num_attention_heads
+        sizes += [("num_attention_heads", cfg.num_attention_heads), ("num_query_groups", kv)]
+    dense = {"qwen3_moe": 0, "deepseek_v3": getattr(cfg, "first_k_dense_replace", None)}.get(family, 1)
+    if dense is None or dense > 0:
+        sizes.append(("ffn_hidden_size", cfg.ffn_hidden_size))
+    shared = getattr(cfg, "n_shared_experts", None)
+    shared = 1 if shared is None else shared
+    moe_ffn = getattr(cfg, "moe_ffn_hidden_size", None)
+    if family == "deepseek_v3" and shared and moe_ffn is not None:
+        sizes.append(("moe_ffn_hidden_size * n_shared_experts (shared experts)", moe_ffn * shared))
+    for key, value in sizes:
         if value is not None and value % tp:
             raise PlanError(f"actor_config.tensor_model_parallel_size={tp} does not divide the model's "
                             f"{key}={value}")

@@ -1,5 +1,6 @@
 """Upstream MindSpeed-RL's own GRPO/DAPO configs (tests/data/upstream_configs, kept as shipped) load and plan."""
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import pytest
 
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.loader import ConfigError
+from mindspeed_rl.config_cls.run_plan import PlanError
 from mindspeed_rl.tools.memory_plan import GB, plan_memory
 from mindspeed_rl.utils.megatron_format import find_megatron_checkpoint
 
@@ -14,19 +16,12 @@ ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests/data/upstream_configs"
 UPSTREAM = sorted(DATA.glob("*/configs/*.yaml")) + sorted(DATA.glob("*/tests/st/configs/*.yaml"))
 TINY = ROOT / "configs/grpo_tiny_cpu.yaml"
-# the model families arrive in config_cls/model_arch.py (issue 18 item 3); until then those configs stop there
-FAMILY_PENDING = "Qwen2-shaped"
 
 
 def _build(path, *overrides):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        try:
-            cfgs = build_configs(load_config(path, list(overrides)))
-        except ConfigError as err:
-            if FAMILY_PENDING in str(err):
-                pytest.xfail(f"model family not built yet: {err}")
-            raise
+        cfgs = build_configs(load_config(path, list(overrides)))
     return cfgs, [str(w.message) for w in caught]
 
 
@@ -75,6 +70,48 @@ def test_layout_substitution_runs_the_same_devices_and_plans_what_runs(capsys):
     direct, _ = _build(path, "actor_config.pipeline_model_parallel_size=1")
     assert not direct.plan.layout.asked
     assert plan_memory(cfgs) == plan_memory(direct)
+
+
+CONFIGS = DATA / "05a90d7/configs"
+QWEN3, QWEN3_MOE, DEEPSEEK = "grpo_qwen3_8b_A3", "dapo_qwen3_30b_a3b_A3", "grpo_deepseek_r1_671b_A3"
+MODEL_OF = {QWEN3: "qwen3_8b", QWEN3_MOE: "qwen3_30b_a3b", DEEPSEEK: "deepseekv3_671b"}
+
+
+@pytest.mark.parametrize("config,sizes,refused", [
+    (QWEN3, {"ffn_hidden_size": 12289}, "ffn_hidden_size=12289"),
+    (QWEN3, {"num_query_groups": 3}, "num_query_groups=3"),
+    # Qwen3-MoE: every layer is MoE and experts are not split over TP, so neither MLP width matters
+    (QWEN3_MOE, {"ffn_hidden_size": 8193, "moe_ffn_hidden_size": 769}, None),
+    (QWEN3_MOE, {"num_attention_heads": 33}, "num_attention_heads=33"),
+    # DeepSeek-V3: MLA stays whole on TP peers; the first_k_dense_replace dense MLPs and the shared experts split
+    (DEEPSEEK, {"num_attention_heads": 127}, None),
+    (DEEPSEEK, {"ffn_hidden_size": 18433}, "ffn_hidden_size=18433"),
+    (DEEPSEEK, {"ffn_hidden_size": 18433, "first_k_dense_replace": 0}, None),
+    (DEEPSEEK, {"moe_ffn_hidden_size": 2049}, "moe_ffn_hidden_size * n_shared_experts (shared experts)=2049"),
+    (DEEPSEEK, {"moe_ffn_hidden_size": 2049, "n_shared_experts": 2}, None),
+])
+def test_tp_divisibility_is_what_the_engine_splits_per_family(config, sizes, refused):
+    from mindspeed_rl.models.sharding import check_tp_divides
+    from mindspeed_rl.tools.memory_plan import meta_model
+    model = MODEL_OF[config]
+    path = CONFIGS / f"{config}.yaml"
+    # fewer layers for a quick meta model (DeepSeek keeps its 61: its num_layer_list names them)
+    shape = [] if config == DEEPSEEK else [f"model.{model}.num_layers=2"]
+    shape += [f"model.{model}.{k}={v}" for k, v in sizes.items()]
+    tp2 = shape + ["actor_config.tensor_model_parallel_size=2"]
+    if refused:
+        with pytest.raises(PlanError, match="tensor_model_parallel_size=2 does not divide the model's "
+                                              + re.escape(refused)):
+            _build(path, *tp2)
+    else:
+        assert _build(path, *tp2)[0].plan.layout.tp == 2
+    # the engine's own check, on the model of the same section with the family's HF TP plan, agrees
+    actor = _build(path, *shape, "actor_config.tensor_model_parallel_size=1")[0].actor_config
+    if refused:
+        with pytest.raises(ValueError, match="tensor_model_parallel_size=2 does not divide"):
+            check_tp_divides(meta_model(actor), 2)
+    else:
+        check_tp_divides(meta_model(actor), 2)
 
 
 def test_whole_batch_mini_batch_and_dispatch_sizes_as_upstream():
