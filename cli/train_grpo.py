@@ -45,9 +45,88 @@ def _check_model_folder(path: str, tiny_model_dir: str = None, tokenizer_path: s
 
 
 def _checkpoint(actor):
-    """(iteration folder, iteration) when ``load`` names a checkpoint of ours, else None."""
-    from mindspeed_rl.utils.checkpoint import is_checkpoint, resolve
-    return resolve(actor.load) if actor.load and is_checkpoint(actor.load) else None
+    """(iteration folder, iteration) when ``load`` names a checkpoint of ours, else None. Checked
+    before Ray starts: the trainer state and every DCP shard file (truncated files are named); a
+    damaged newest iteration of a save root falls back to the previous intact one (and says so)."""
+    from mindspeed_rl.utils.checkpoint import CheckpointError, is_checkpoint, iteration_dir, resolve
+    if not (actor.load and is_checkpoint(actor.load)):
+        return None
+    folder, iteration = resolve(actor.load)
+    damage = checkpoint_damage(folder, actor.finetune)
+    if damage is None:
+        return folder, iteration
+    if os.path.normpath(folder) == os.path.normpath(actor.load):  # one iteration folder named: no fallback
+        raise CheckpointError(f"checkpoint {folder!r} cannot be loaded: {damage}")
+    for older in sorted((i for i in _iteration_numbers(actor.load) if i < iteration), reverse=True):
+        candidate = iteration_dir(actor.load, older)
+        if checkpoint_damage(candidate, actor.finetune) is None:
+            print(f"warning: checkpoint {folder!r} cannot be loaded ({damage}); resuming from the previous "
+                  f"intact iteration {older}", flush=True)
+            return candidate, older
+    raise CheckpointError(f"checkpoint {folder!r} cannot be loaded: {damage}; no older intact iteration in "
+                          f"{actor.load!r}")
+
+
+def _iteration_numbers(root: str) -> List[int]:
+    return sorted(int(n[5:]) for n in os.listdir(root) if n.startswith("iter_") and n[5:].isdigit())
+
+
+def checkpoint_damage(folder: str, weights_only: bool = False):
+    """What makes a checkpoint folder unloadable, naming the file (None when intact): a missing or
+    unreadable trainer state (not needed with ``weights_only``), DCP metadata, or a shard file that
+    is missing or shorter than the metadata says."""
+    import json
+
+    from mindspeed_rl.utils.checkpoint import DCP_DIR, STATE, incomplete
+    problem = incomplete(folder)
+    if problem:
+        return problem
+    if not weights_only:
+        path = os.path.join(folder, STATE)
+        try:
+            with open(path, "rb") as f:
+                state = json.loads(f.read().decode("utf-8"))
+        except (OSError, ValueError) as err:
+            return f"{path} is not readable JSON ({type(err).__name__}: {' '.join(str(err).split())[:120]})"
+        if not isinstance(state, dict) or "kl_coef" not in state:
+            return f"{path} holds no trainer state (no 'kl_coef')"
+    dcp_dir = os.path.join(folder, DCP_DIR)
+    try:
+        from torch.distributed.checkpoint import FileSystemReader
+        metadata = FileSystemReader(dcp_dir).read_metadata()
+    except Exception as err:  # noqa: BLE001  (pickle errors of a damaged file)
+        return f"{os.path.join(dcp_dir, '.metadata')} is not readable ({type(err).__name__})"
+    need: Dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        need[info.relative_path] = max(need.get(info.relative_path, 0), info.offset + info.length)
+    for name, size in sorted(need.items()):
+        path = os.path.join(dcp_dir, name)
+        if not os.path.isfile(path):
+            return f"shard {path} is missing"
+        have = os.path.getsize(path)
+        if have < size:
+            return f"shard {path} is truncated ({have} of {size} bytes)"
+    return None
+
+
+def _check_save_folder(save: str) -> None:
+    """``megatron_training.save`` must be a folder this process can write (made now if missing):
+    found before any iteration runs rather than at the first save."""
+    if not save:
+        return
+    try:
+        os.makedirs(save, exist_ok=True)
+        import tempfile
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=save)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as err:
+        parent = save
+        while parent and not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        why = (f"{parent!r} is a file, not a folder" if parent and os.path.isfile(parent)
+               else f"{type(err).__name__}: {err.strerror or err}")
+        raise ValueError(f"megatron_training.save={save!r} is not a writable folder: {why}") from None
 
 
 def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo",
@@ -76,18 +155,38 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
                                               trust_remote_code=gen.trust_remote_code)
     checkpoint = _checkpoint(actor)
     start = checkpoint[1] if checkpoint and not actor.finetune else 0
+    _check_save_folder(actor.save)
     from mindspeed_rl.utils.loggers import check_run_folder
     check_run_folder(output_dir, start)  # a fresh run never appends to another run's metrics
-    data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer, start=start,
+    position = _data_position(checkpoint, start)
+    data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer, start=position,
                           **data_options(actor, rl))
     data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
     print(f"run plan: {cfgs.plan.summary()}")
-    return _train(cfgs, tokenizer, data, checkpoint, start, output_dir)
+    return _train(cfgs, tokenizer, data, checkpoint, start, output_dir, position)
 
 
-def _train(cfgs, tokenizer, data, checkpoint, start, output_dir):
-    from mindspeed_rl.models.rule_reward import RuleReward
+def _data_position(checkpoint, start: int) -> int:
+    """Prompt batches a resumed run has taken: the checkpoint's ``data_position``
+    (DAPO's dynamic sampling takes more than one per iteration), else ``start``."""
+    if checkpoint is None or not start:
+        return start
+    from mindspeed_rl.utils.checkpoint import read_state
+    return int(read_state(checkpoint[0]).get("data_position", start))
+
+
+def trainer_class(stage):
+    """The trainer of ``megatron_training.stage`` (upstream's values; unset: GRPO)."""
+    from mindspeed_rl.trainer.dapo_trainer_hybrid import RayDAPOTrainer
     from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
+    trainers = {None: RayGRPOTrainer, "ray_grpo": RayGRPOTrainer, "ray_dapo": RayDAPOTrainer}
+    if stage not in trainers:
+        raise ValueError(f"megatron_training.stage={stage!r}: no such trainer; known: ray_grpo, ray_dapo")
+    return trainers[stage]
+
+
+def _train(cfgs, tokenizer, data, checkpoint, start, output_dir, position=None):
+    from mindspeed_rl.models.rule_reward import RuleReward
     from mindspeed_rl.utils.loggers import MetricsLogger
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
     from mindspeed_rl.workers.integrated_worker import IntegratedWorker
@@ -98,7 +197,9 @@ def _train(cfgs, tokenizer, data, checkpoint, start, output_dir):
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
     os.makedirs(output_dir, exist_ok=True)
     started = init_ray(temp_dir=os.path.join(output_dir, "ray"))
-    group = None
+    install_signal_handlers()  # again: ray.init puts its own SIGTERM handler in place
+    group = trainer = None
+    ok = False
     logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard, resume_from=start,
                            checkpoint=checkpoint[0] if checkpoint else None)
     reward = RuleReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
@@ -108,27 +209,34 @@ def _train(cfgs, tokenizer, data, checkpoint, start, output_dir):
         group.initialize(actor.model_path, eos_id, pad_id)
         kl_coef = _load_checkpoint(group, actor, checkpoint, start)
         extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]
-        trainer = RayGRPOTrainer(
+        trainer = trainer_class(actor.stage)(
             actor_worker=group, reward_list=[reward],
             run_plan=plan, logger=logger, save_interval=actor.save_interval if actor.save else 0,
             save_dir=actor.save, adv_estimator=rl.adv_estimator, kl_ctrl_type=rl.kl_ctrl_type,
             kl_horizon=rl.kl_horizon, kl_target=rl.kl_target, init_kl_coef=rl.init_kl_coef,
             dataset_additional_keys=extra_keys, max_prompt_length=rl.max_prompt_length,
-            save_optimizer=not actor.no_save_optim, save_rng=not actor.no_save_rng)
+            save_optimizer=not actor.no_save_optim, save_rng=not actor.no_save_rng,
+            data_position=start if position is None else position)
         history = trainer.fit(data, start_iteration=start, kl_coef=kl_coef)
         if actor.save:
             export = os.path.join(actor.save, "hf")
             group.export_hf(export)
             tokenizer.save_pretrained(export)
             print(f"exported HF weights and tokenizer to {export}")
+        ok = True
         return history
     finally:
-        logger.close()
-        reward.close()
-        if group is not None:
-            group.shutdown()
-        if started:
-            shutdown_ray()
+        if trainer is not None and trainer.last_saved is not None:
+            PROGRESS["last_saved"], PROGRESS["save_dir"] = trainer.last_saved, actor.save
+        try:
+            logger.close()
+            reward.close()
+            if group is not None:
+                # after an error or a signal the workers may be stuck: end them instead of asking them
+                group.shutdown() if ok else group.kill()
+        finally:
+            if started:
+                shutdown_ray()
 
 
 def _load_checkpoint(group, actor, checkpoint, start: int):
@@ -142,9 +250,10 @@ def _load_checkpoint(group, actor, checkpoint, start: int):
         group.load_checkpoint(folder, 0, False, False)
         print(f"loaded weights of {folder} (finetune: iteration 0)")
         return None
+    kl_coef = read_state(folder)["kl_coef"]
     group.load_checkpoint(folder, start, not actor.no_load_optim, not actor.no_load_rng)
     print(f"resumed from {folder} at iteration {start}")
-    return read_state(folder)["kl_coef"]
+    return kl_coef
 
 
 DRY_RUN_MODEL_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
@@ -216,19 +325,74 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Interrupted(BaseException):
+    """SIGINT / SIGTERM: unwinds the run (Ray torn down in ``_train``) like KeyboardInterrupt."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+PROGRESS: Dict[str, object] = {}  # the last checkpoint of this run, for the closing line
+_SIGNALLED: List[int] = []
+
+
+def _on_signal(signum, frame):
+    if _SIGNALLED:  # a second signal while the run unwinds: let the tear-down finish
+        return
+    _SIGNALLED.append(signum)
+    raise Interrupted(signum)
+
+
+def install_signal_handlers() -> None:
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _on_signal)
+
+
+EXIT_INPUT, EXIT_RUNTIME = 2, 1
+INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, KeyError, OSError)
+
+
+def one_line(err: BaseException) -> str:
+    """An error as one line: Ray's wrapped errors as the remote error itself or the actor that died."""
+    import ray
+    from mindspeed_rl.workers.scheduler.launcher import brief
+    text = brief(err) if isinstance(err, ray.exceptions.RayError) else str(err) or type(err).__name__
+    return " ".join(text.split())
+
+
+def _checkpoint_note() -> str:
+    if PROGRESS.get("last_saved") is not None:
+        return f"; the last checkpoint is iteration {PROGRESS['last_saved']} in {PROGRESS['save_dir']}"
+    return ""
+
+
 def main(argv=None) -> int:
     args = _parser().parse_intermixed_args(argv)  # overrides may come before or after options
     debug = args.debug or os.environ.get("MSRL_DEBUG") == "1"
     if args.dry_run:
         return _dry_run_main(args, debug)
+    import signal
+    PROGRESS.clear()
+    _SIGNALLED.clear()
+    install_signal_handlers()
     try:
         history = run(args.config, args.overrides, args.output_dir, args.tiny_model_dir)
-    except (ValueError, TypeError, FileNotFoundError, KeyError, OSError, RuntimeError, TimeoutError) as err:
+    except Interrupted as stop:
+        name = signal.Signals(stop.signum).name
+        print(f"error: stopped by {name}; Ray was shut down{_checkpoint_note()}", file=sys.stderr, flush=True)
+        return 128 + stop.signum
+    except Exception as err:  # noqa: BLE001  (every error ends in one line; --debug shows the traceback)
         if debug:
             raise
-        text = " ".join(str(err).split())
-        print(f"error: {text}", file=sys.stderr)
-        return 1 if isinstance(err, (RuntimeError, TimeoutError)) else 2
+        import ray
+        runtime = isinstance(err, (RuntimeError, TimeoutError, ray.exceptions.RayError)) or \
+            not isinstance(err, INPUT_ERRORS)
+        print(f"error: {one_line(err)}{_checkpoint_note() if runtime else ''}", file=sys.stderr, flush=True)
+        return EXIT_RUNTIME if runtime else EXIT_INPUT
     if not history:
         print("done: no iteration left to run (train_iters is not above the resumed iteration)")
         return 0

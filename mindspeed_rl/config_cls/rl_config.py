@@ -5,6 +5,7 @@ from mindspeed_rl.config_cls.base_config import BaseConfig, check_type
 
 DP_BALANCE_OBJECTIVES = ("tokens", "flops")
 DP_BALANCE_METHODS = ("auto", "heapq", "karmarkar_karp", "greedy")
+PLACEMENT_STRATEGIES = ("auto", "PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 # num_gpus / num_cpus are accepted as other spellings of num_npus.
 RESOURCE_KEYS = ("num_npus", "num_gpus", "num_cpus")
 RESOURCE_FIELDS = ("actor_resource", "reference_resource", "reward_resource")
@@ -105,6 +106,15 @@ class RLConfig(BaseConfig):
     overlong_buffer*, rollout_max_tokens, filter_groups_*, and the multi-turn
     keys) keep upstream's defaults; what each does here is in unimplemented.py.
     td_timeout (600.0): seconds the transfer dock waits for data before raising.
+    stage_timeout (None): seconds one command on the worker group (a stage,
+        a save, a load) may take before the run names the ranks that did not
+        answer and stops; None: td_timeout.
+    placement_strategy ('auto'): Ray placement of the worker ranks: 'auto'
+        (SPREAD over the nodes when the cluster has several, PACK on one),
+        'PACK', 'SPREAD', 'STRICT_PACK' or 'STRICT_SPREAD'.
+    max_nonfinite_iterations (3): stop after this many iterations in a row
+        with a non-finite reward, loss or grad norm (their optimizer steps are
+        skipped, nothing is saved from them); 0: never stop.
     seed (1234): seed of the RL-side random generators.
     """
 
@@ -203,6 +213,9 @@ class RLConfig(BaseConfig):
         self.dp_balance_objective = "tokens"
         self.dp_balance_method = "auto"
         self.td_timeout = 600.0
+        self.stage_timeout = None
+        self.placement_strategy = "auto"
+        self.max_nonfinite_iterations = 3
         self.seed = 1234
 
         self.update(config_dict)
@@ -218,3 +231,14 @@ class RLConfig(BaseConfig):
         super().update(config_dict, model_config_dict)
         for field in RESOURCE_FIELDS:
             setattr(self, field, normalize_resource(field, getattr(self, field)))
+        if self.placement_strategy not in PLACEMENT_STRATEGIES:
+            raise ValueError(f"rl_config.placement_strategy must be one of {PLACEMENT_STRATEGIES}, "
+                             f"got {self.placement_strategy!r}")
+        if isinstance(self.max_nonfinite_iterations, bool) or not isinstance(self.max_nonfinite_iterations, int) \
+                or self.max_nonfinite_iterations < 0:
+            raise ValueError(f"rl_config.max_nonfinite_iterations must be an int >= 0, "
+                             f"got {self.max_nonfinite_iterations!r}")
+        if self.stage_timeout is not None and (isinstance(self.stage_timeout, bool) or not isinstance(
+                self.stage_timeout, (int, float)) or self.stage_timeout <= 0):
+            raise ValueError(f"rl_config.stage_timeout must be a number of seconds > 0 (or null), "
+                             f"got {self.stage_timeout!r}")

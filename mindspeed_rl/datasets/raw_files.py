@@ -41,6 +41,9 @@ def load_raw(path: str):
     if not files:
         raise ValueError(f"data set {path!r} is empty")
     kind = _FORMATS[os.path.splitext(files[0])[1].lower()]
+    if kind == "json":
+        for f in files:
+            check_json_file(f)
     was_enabled = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bar()
     try:
@@ -51,6 +54,35 @@ def load_raw(path: str):
     if len(ds) == 0:
         raise ValueError(f"data set {path!r} is empty")
     return ds
+
+
+def check_json_file(path: str) -> None:
+    """A JSON or JSONL data file must be UTF-8 and parse: one whole JSON document, or one
+    JSON value per line. Raises ValueError naming the file, line and column."""
+    import json
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        raise ValueError(f"data file {path!r} line {line}, column {column}: not UTF-8 "
+                         f"(byte 0x{raw[err.start]:02x}); save the file as UTF-8") from None
+    if path.lower().endswith(".json"):
+        try:
+            json.loads(text)
+            return
+        except ValueError:
+            pass  # JSON lines in a .json file
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            json.loads(line)
+        except ValueError as err:
+            raise ValueError(f"data file {path!r} line {number}: not valid JSON ({err.msg} at column "
+                             f"{err.colno}): {line.strip()[:60]!r}") from None
 
 
 def _blank(path: str) -> bool:

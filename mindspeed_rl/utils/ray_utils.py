@@ -4,6 +4,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from typing import Optional
 
 import ray
@@ -68,12 +69,48 @@ def init_ray(temp_dir: Optional[str] = None, num_cpus: Optional[int] = None, **k
         return False
     _remove_own_temp_dirs()  # left by an earlier session ended with a plain ray.shutdown()
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], **kwargs)
+        address = os.environ["RAY_ADDRESS"]
+        _with_retries(lambda: ray.init(address=address, **kwargs), f"could not join the Ray cluster at "
+                      f"RAY_ADDRESS={address}")
         return True
     session = session_dir_for(temp_dir) or _short_temp_dir()
     os.makedirs(session, exist_ok=True)
     # a loopback-only cluster started here: Ray's notice about its token auth is noise on every run
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    ray.init(_node_ip_address="127.0.0.1", num_cpus=num_cpus, include_dashboard=False,
-             _temp_dir=session, **kwargs)
+    _with_retries(lambda: ray.init(_node_ip_address="127.0.0.1", num_cpus=num_cpus, include_dashboard=False,
+                                   _temp_dir=session, **kwargs), "a local Ray did not start")
     return True
+
+
+class RayStartError(RuntimeError):
+    """ray.init failed on every attempt."""
+
+
+# attempts of ray.init and the waits between them (a busy machine can time a node's start out)
+INIT_ATTEMPTS = 3
+INIT_BACKOFF_S = 2.0
+
+
+def _with_retries(start, what: str, attempts: int = None, backoff: float = None, sleep=time.sleep) -> None:
+    """``start()`` up to ``attempts`` times, waiting ``backoff`` * 2**k between them (a failed
+    attempt is shut down first); then one RayStartError line with the last error."""
+    attempts = INIT_ATTEMPTS if attempts is None else attempts
+    backoff = INIT_BACKOFF_S if backoff is None else backoff
+    for attempt in range(1, attempts + 1):
+        try:
+            start()
+            return
+        except (TypeError, ValueError):  # wrong arguments: retrying cannot help
+            raise
+        except Exception as err:  # noqa: BLE001  (Ray raises plain Exception on a start timeout)
+            try:
+                ray.shutdown()
+            except Exception:  # noqa: BLE001
+                pass
+            if attempt == attempts:
+                text = " ".join(str(err).split())[:300]
+                raise RayStartError(f"{what} after {attempts} attempts: {type(err).__name__}: {text}") from err
+            wait = backoff * 2 ** (attempt - 1)
+            print(f"warning: ray.init attempt {attempt} of {attempts} failed ({type(err).__name__}); "
+                  f"retrying in {wait:g}s", flush=True)
+            sleep(wait)
