@@ -90,6 +90,11 @@ class Timeouts:
     data_wait: float      # a stage waiting on the dock for its rows
     collective: float     # torch.distributed process-group timeout
     placement: float      # Ray placement group to become ready
+    stage: Optional[float] = None  # one command on the worker group (stage, save, load); None: data_wait
+
+    @property
+    def stage_deadline(self) -> float:
+        return self.data_wait if self.stage is None else self.stage
 
 
 @dataclass(frozen=True)
@@ -311,8 +316,12 @@ def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
                                                if s.name in stages)
     stages[table.TRAIN.name] = _stage(table.TRAIN, None, mini // dp, rows, dp, balanced, train_inputs)
     timeout = rl_config.td_timeout
+    stage_timeout = float(getattr(rl_config, "stage_timeout", None) or timeout)
     return RunPlan(layout=layout, prompts_per_round=actor_config.global_batch_size,
                    n_samples=rl_config.n_samples_per_prompt, mini_batch_rows=mini, epochs=rl_config.epochs,
                    train_iters=actor_config.train_iters, stages=stages,
                    balance=_balance(actor_config, rl_config), seed=rl_config.seed,
-                   timeouts=Timeouts(data_wait=timeout, collective=timeout + 60.0, placement=timeout))
+                   # a rank waits in a collective at most as long as its peers' stage runs: the driver's
+                   # stage deadline fires first and names the rank that did not answer
+                   timeouts=Timeouts(data_wait=timeout, collective=max(timeout, stage_timeout) + 60.0,
+                                     placement=timeout, stage=stage_timeout))

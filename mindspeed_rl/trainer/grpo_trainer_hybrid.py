@@ -1,6 +1,7 @@
 """RayGRPOTrainer: one GRPO iteration runs the run plan's stage table in order
 (rollout -> rewards and advantages -> ref/old log-probs -> update); the
 driver sends each DP rank its row ids, ranks read and write the dock."""
+import math
 import time
 from typing import Dict, Iterator, List
 
@@ -45,6 +46,56 @@ def rank_balance_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
     return out
 
 
+class CheckpointSaveError(RuntimeError):
+    """A save failed (the tracker still names the previous checkpoint)."""
+
+
+class NonFiniteError(RuntimeError):
+    """Too many iterations in a row with a non-finite reward, loss or grad norm."""
+
+
+# in causal order: a NaN reward makes the loss NaN, which makes the grad norm NaN
+NONFINITE_KEYS = ("reward/mean", "actor/pg_loss", "actor/kl", "actor/entropy", "actor/grad_norm")
+
+
+def first_nonfinite(metrics: Dict[str, float], skipped_before=None):
+    """The first non-finite quantity of an iteration's metrics, in words (None when all are finite):
+    rewards (``reward/nonfinite`` rows, counted by the rewards stage), loss, grad norm, or an optimizer
+    step the engine skipped (``actor/skipped_steps`` grew since ``skipped_before``)."""
+    rows = metrics.get("reward/nonfinite", 0)
+    if rows:
+        first = metrics.get("reward/first_nonfinite_row")
+        return (f"reward in {int(rows)} rows" + (f" (first row {int(first)}" if first is not None else "")
+                + (f", score {metrics['reward/first_nonfinite_value']})"
+                   if "reward/first_nonfinite_value" in metrics else ")" if first is not None else ""))
+    for key in NONFINITE_KEYS:
+        value = metrics.get(key)
+        if value is not None and not math.isfinite(value):
+            return f"{key}={value}"
+    grown = metrics.get("actor/skipped_steps")
+    if grown is not None and grown > (skipped_before or 0):
+        return f"grad norm (the engine skipped {grown - (skipped_before or 0):g} optimizer step(s))"
+    return None
+
+
+def verifier_fault_lines(iteration: int, metrics: Dict[str, float]) -> List[str]:
+    """One console line per iteration naming the verifiers that timed out or raised
+    (``reward/<verifier>/timeouts`` and ``/errors`` of RuleReward.last_metrics)."""
+    parts = []
+    for key in sorted(k for k in metrics if k.startswith("reward/") and k.endswith("/timeouts")):
+        name = key[len("reward/"):-len("/timeouts")]
+        timeouts, errors = metrics.get(key, 0), metrics.get(f"reward/{name}/errors", 0)
+        if timeouts or errors:
+            parts.append(f"{name}: {int(timeouts)} timed out, {int(errors)} raised")
+    for key in sorted(k for k in metrics if k.startswith("reward/") and k.endswith("/errors")):
+        name = key[len("reward/"):-len("/errors")]
+        if f"reward/{name}/timeouts" not in metrics and metrics[key]:
+            parts.append(f"{name}: {int(metrics[key])} raised")
+    if not parts:
+        return []
+    return [f"iter {iteration}: verifier faults (scored 0): " + "; ".join(parts)]
+
+
 def _columns(batch: dict):
     """The batch as one buffer per column through Ray when every value is a list of tensors."""
     if all(isinstance(v, (list, tuple)) and v and all(isinstance(t, torch.Tensor) for t in v)
@@ -55,8 +106,13 @@ def _columns(batch: dict):
 
 class RayGRPOTrainer(RayBaseTrainer):
     def __init__(self, actor_worker, ref_worker=None, reward_list=None, logger: MetricsLogger = None,
-                 train_iters: int = None, max_prompt_length: int = None, **kwargs):
+                 train_iters: int = None, max_prompt_length: int = None, max_nonfinite_iterations: int = 3,
+                 **kwargs):
+        # data_position: prompt batches taken from the data iterator so far (None: one per iteration)
+        self.data_position = kwargs.pop("data_position", None)
         super().__init__(actor_worker, ref_worker or actor_worker, reward_list, **kwargs)
+        self.max_nonfinite_iterations = max_nonfinite_iterations
+        self.last_saved = None
         self.logger = logger or MetricsLogger()
         self.train_iters = train_iters if train_iters is not None else self.run_plan.train_iters
         self.max_prompt_length = max_prompt_length
@@ -74,19 +130,47 @@ class RayGRPOTrainer(RayBaseTrainer):
     def fit(self, data_iters: Iterator[dict], start_iteration: int = 0, kl_coef: float = None) -> List[Dict[str, float]]:
         """Iterations ``start_iteration + 1 .. train_iters`` (a resumed run passes
         the checkpoint's iteration and KL coefficient; the data iterator is
-        already positioned)."""
+        already positioned). An iteration with a non-finite reward, loss or
+        grad norm is never checkpointed; ``max_nonfinite_iterations`` of them
+        in a row stop the run (NonFiniteError)."""
         if kl_coef is not None:
             self.kl_ctrl.value = kl_coef
         ray.get(self.transfer_dock.set_round.remote(start_iteration))
         bar = tqdm(range(start_iteration + 1, self.train_iters + 1), desc="GRPO", disable=None)
+        self.last_saved = start_iteration if start_iteration else None
+        streak: List[tuple] = []  # (iteration, what) of the current run of non-finite iterations
+        owed = False  # a save fell on a non-finite iteration: the next finite one saves
+        skipped = None
         for iteration in bar:
             metrics = self.step(iteration, next(data_iters))
             self.history.append(metrics)
             self.logger.log(iteration, metrics, self._summary(iteration, metrics))
+            for line in verifier_fault_lines(iteration, metrics):
+                print(line, flush=True)
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
+            bad = first_nonfinite(metrics, skipped)
+            skipped = metrics.get("actor/skipped_steps", skipped)
             due = self.save_interval and iteration % self.save_interval == 0
-            if self.save_dir and (due or iteration == self.train_iters):
-                self.save(iteration)
+            due = bool(self.save_dir) and (due or owed or iteration == self.train_iters)
+            if bad is None:
+                streak = []
+                if due:
+                    self.save(iteration)
+                    owed = False
+                continue
+            streak.append((iteration, bad))
+            owed = owed or due
+            limit = self.max_nonfinite_iterations
+            print(f"warning: iteration {iteration}: non-finite {bad}; its optimizer steps were skipped"
+                  + ("; no checkpoint is written from it" if self.save_dir else "")
+                  + (f" ({len(streak)} of {limit} in a row allowed)" if limit else ""), flush=True)
+            if limit and len(streak) >= limit:
+                saved = (f"the last checkpoint is iteration {self.last_saved} in {self.save_dir}"
+                         if self.last_saved is not None and self.save_dir else "no checkpoint was written")
+                raise NonFiniteError(
+                    f"{len(streak)} iterations in a row ({streak[0][0]}-{iteration}) had non-finite values "
+                    f"(rl_config.max_nonfinite_iterations={limit}); the first: iteration {streak[0][0]}: "
+                    f"{streak[0][1]}; {saved}")
         return self.history
 
     def step(self, iteration: int, batch: dict) -> Dict[str, float]:
@@ -135,7 +219,14 @@ class RayGRPOTrainer(RayBaseTrainer):
         start = time.perf_counter()
         checkpointer = Checkpointer(self.save_dir, lambda folder: self.actor_worker.save_checkpoint(
             folder, self.save_optimizer, self.save_rng))
-        folder = checkpointer.save(iteration, self.state_dict(iteration))
+        try:
+            folder = checkpointer.save(iteration, self.state_dict(iteration))
+        except Exception as err:  # noqa: BLE001  (one line; the tracker was not touched)
+            from mindspeed_rl.workers.scheduler.launcher import brief
+            before = (f"iteration {self.last_saved}" if self.last_saved is not None else "no iteration")
+            raise CheckpointSaveError(f"saving iteration {iteration} into {self.save_dir!r} failed: {brief(err)}; "
+                                      f"the checkpoint tracker still names {before}") from err
+        self.last_saved = iteration
         print(f"saved checkpoint {folder} in {time.perf_counter() - start:.2f}s", flush=True)
         return folder
 

@@ -64,6 +64,10 @@ def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estima
     rows = list(range(stage.rows_per_share))
     batch = ray.get(td.get_rows.remote(list(stage.inputs), rows))
     scores, metrics = score_rows(reward_list, batch["responses"], batch["labels"])
+    bad = torch.nonzero(~torch.isfinite(scores)).reshape(-1)
+    if bad.numel():  # named by the trainer's non-finite policy (rl_config.max_nonfinite_iterations)
+        metrics.update({"reward/nonfinite": float(bad.numel()), "reward/first_nonfinite_row": float(bad[0]),
+                        "reward/first_nonfinite_value": float(scores[bad[0]])})
     advantages = compute_group_norm_advantages(scores, n_samples)
     out = dict(zip(stage.outputs, (scores, advantages)))
     ray.get(td.put_experience.remote(ColumnBatch({k: list(v.reshape(-1, 1)) for k, v in out.items()}), rows))

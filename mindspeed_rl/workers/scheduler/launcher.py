@@ -1,5 +1,6 @@
 """RayActorGroup: one Ray actor per rank in a placement group, driven together."""
 import os
+import re
 import time
 from typing import Any, Dict, List, Optional, Tuple, Type
 
@@ -20,8 +21,10 @@ def brief(err: BaseException) -> str:
     if isinstance(cause, BaseException):
         err = cause
     if isinstance(err, ray.exceptions.RayActorError):
-        text = "the worker process died" + (f" ({err.error_msg.splitlines()[0]})"
-                                            if getattr(err, "error_msg", "") else "")
+        raw = str(err)
+        cls, pid = re.search(r"class_name:\s*(\S+)", raw), re.search(r"\bpid:\s*(\d+)", raw)
+        who = f"actor {cls.group(1)}" if cls else "a Ray actor"
+        text = f"{who}{f' (pid {pid.group(1)})' if pid else ''} died ({type(err).__name__})"
     else:
         text = f"{type(err).__name__}: {err}"
     text = " ".join(text.split())
