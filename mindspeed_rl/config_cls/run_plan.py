@@ -47,6 +47,25 @@ class BalanceSpec:
 
 
 @dataclass(frozen=True)
+class OverlongSpec:
+    """DAPO overlong reward shaping: responses longer than ``max_tokens - buffer``
+    lose up to ``penalty_factor`` reward, linearly over the last ``buffer`` tokens."""
+    buffer: int
+    penalty_factor: float
+    max_tokens: int  # rl_config.rollout_max_tokens (= sampling_config.max_tokens)
+
+
+@dataclass(frozen=True)
+class GroupFilterSpec:
+    """DAPO dynamic sampling: groups whose ``metric`` (a verifier's own score) is
+    the same for every sample are dropped; rollout batches are added until
+    ``train_prompts`` groups are kept or ``max_batches`` batches ran (<= 0: no limit)."""
+    metric: str
+    train_prompts: int
+    max_batches: int
+
+
+@dataclass(frozen=True)
 class StagePlan:
     """One stage of this run (a row of the stage table, sized). For a ``dp``
     stage share s of the round's plan goes to DP rank s % dp and every rank
@@ -59,6 +78,16 @@ class StagePlan:
     config_key: str = ""  # the key that sets rows_per_share, for messages
     stage: Optional[Stage] = None
     inputs: Tuple[str, ...] = ()  # columns this run's stage reads (the table's, plus optional ones)
+    extra_outputs: Tuple[str, ...] = ()  # columns this run's stage writes besides the table's
+
+    @property
+    def phase(self) -> str:
+        return self.stage.phase if self.stage else "train"
+
+    @property
+    def planned_rows(self) -> int:
+        """Rows of a full round of this stage over all DP ranks (a filtered round may hold fewer)."""
+        return self.rows_per_share * self.shares_per_rank
 
     @property
     def kind(self) -> str:
@@ -78,7 +107,7 @@ class StagePlan:
 
     @property
     def outputs(self) -> Tuple[str, ...]:
-        return self.stage.outputs if self.stage else ()
+        return (self.stage.outputs if self.stage else ()) + self.extra_outputs
 
     @property
     def cost_columns(self) -> Tuple[str, ...]:
@@ -109,15 +138,29 @@ class RunPlan:
     balance: Optional[BalanceSpec] = None
     seed: int = 1234
     timeouts: Timeouts = Timeouts(600.0, 660.0, 600.0)
+    train_prompts_per_round: Optional[int] = None  # DAPO filter_groups_train_batch_size; else prompts_per_round
+    overlong: Optional[OverlongSpec] = None
+    group_filter: Optional[GroupFilterSpec] = None
 
     @property
     def rows_per_round(self) -> int:
+        """Rows of one rollout batch (global_batch_size prompts)."""
         return self.prompts_per_round * self.n_samples
+
+    @property
+    def train_rows_per_round(self) -> int:
+        """Rows the train stages take per iteration (at most; dynamic sampling may keep fewer)."""
+        return (self.train_prompts_per_round or self.prompts_per_round) * self.n_samples
+
+    @property
+    def dock_prompts(self) -> int:
+        """Groups the dock must hold: a rollout batch or a train batch, whichever is larger."""
+        return max(self.prompts_per_round, self.train_prompts_per_round or 0)
 
     @property
     def mini_batches(self) -> int:
         """Optimizer steps per epoch of one iteration."""
-        return self.rows_per_round // self.mini_batch_rows
+        return self.train_rows_per_round // self.mini_batch_rows
 
     @property
     def steps_per_iteration(self) -> int:
@@ -139,6 +182,15 @@ class RunPlan:
     @property
     def dp_stages(self) -> List[StagePlan]:
         return [s for s in self.stages.values() if s.is_dp]
+
+    def phase_stages(self, phase: str) -> List[StagePlan]:
+        """This run's stages of ``phase`` ('rollout' or 'train'), in order."""
+        return [s for s in self.stages.values() if s.phase == phase]
+
+    @property
+    def min_train_rows(self) -> int:
+        """Fewest rows a train round may hold: one per share of every DP train stage."""
+        return max([s.shares_per_rank * self.layout.dp for s in self.phase_stages("train") if s.is_dp] or [1])
 
     def stage(self, name: str) -> StagePlan:
         if name not in self.stages:
@@ -279,6 +331,38 @@ def _driver_stage(stage: Stage, rows: int) -> StagePlan:
     return StagePlan(stage.name, rows, 1, False, stage=stage, inputs=stage.inputs)
 
 
+def _dapo(rl_config, generate_config):
+    """(overlong spec, group filter spec, train prompts) of the DAPO keys, checked as upstream does."""
+    overlong = group_filter = None
+    if rl_config.clip_higher_enable and rl_config.clip_ratio_low > rl_config.clip_ratio_high:
+        raise PlanError(f"rl_config.clip_ratio_low={rl_config.clip_ratio_low} must not exceed "
+                        f"rl_config.clip_ratio_high={rl_config.clip_ratio_high} (clip_higher_enable)")
+    if rl_config.overlong_buffer_enable:
+        max_tokens = generate_config.sampling_config["max_tokens"]
+        buffer = rl_config.overlong_buffer
+        if isinstance(buffer, bool) or not isinstance(buffer, int) or not 0 < buffer < max_tokens:
+            raise PlanError(f"rl_config.overlong_buffer={buffer!r} must be a positive int below "
+                            f"sampling_config.max_tokens={max_tokens} (overlong_buffer_enable)")
+        if rl_config.rollout_max_tokens != max_tokens:
+            raise PlanError(f"rl_config.rollout_max_tokens={rl_config.rollout_max_tokens} must equal "
+                            f"sampling_config.max_tokens={max_tokens} (overlong_buffer_enable)")
+        overlong = OverlongSpec(buffer, float(rl_config.overlong_buffer_penalty_factor), max_tokens)
+    train_prompts = None
+    if rl_config.filter_groups_enable:
+        metric = rl_config.filter_groups_metric
+        if metric not in rl_config.verifier_function:
+            raise PlanError(f"rl_config.filter_groups_metric={metric!r} must be one of "
+                            f"rl_config.verifier_function={list(rl_config.verifier_function)}")
+        train_prompts = rl_config.filter_groups_train_batch_size
+        if isinstance(train_prompts, bool) or not isinstance(train_prompts, int) or train_prompts <= 0:
+            raise PlanError(f"rl_config.filter_groups_train_batch_size={train_prompts!r} must be a positive int")
+        max_batches = rl_config.filter_groups_max_batches
+        if isinstance(max_batches, bool) or not isinstance(max_batches, int):
+            raise PlanError(f"rl_config.filter_groups_max_batches={max_batches!r} must be an int (<= 0: no limit)")
+        group_filter = GroupFilterSpec(metric, train_prompts, max_batches)
+    return overlong, group_filter, train_prompts
+
+
 def _balance(actor_config, rl_config) -> Optional[BalanceSpec]:
     if not rl_config.use_dp_batch_balance:
         return None
@@ -292,8 +376,14 @@ def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
     """Derive the run plan (configs already checked by ``validate_rl_args``)."""
     layout = _check_layout(actor_config, rl_config, generate_config)
     dp = layout.dp
-    rows = actor_config.global_batch_size * rl_config.n_samples_per_prompt
+    overlong, group_filter, train_prompts = _dapo(rl_config, generate_config)
+    rollout_rows = actor_config.global_batch_size * rl_config.n_samples_per_prompt
+    # the train stages take filter_groups_train_batch_size prompts under dynamic sampling
+    rows = (train_prompts or actor_config.global_batch_size) * rl_config.n_samples_per_prompt
     mini = rl_config.mini_batch_size
+    if rows % mini:
+        raise PlanError(f"rl_config.mini_batch_size={mini} (in samples) must divide the {rows} rows of a train "
+                        f"batch (filter_groups_train_batch_size * n_samples_per_prompt)")
     if mini % dp:
         raise PlanError(f"rl_config.mini_batch_size={mini} (in samples) must be divisible by the "
                         f"data parallel size {dp}")
@@ -302,9 +392,13 @@ def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
                         f"divisible by micro_batch_size={actor_config.micro_batch_size}")
     balanced = rl_config.use_dp_batch_balance
     share = rows // dp
-    stages = {table.ROLLOUT.name: _stage(table.ROLLOUT, rl_config.actor_rollout_dispatch_size, share, rows, dp,
-                                         False),
-              table.REWARD.name: _driver_stage(table.REWARD, rows)}
+    stages = {table.ROLLOUT.name: _stage(table.ROLLOUT, rl_config.actor_rollout_dispatch_size,
+                                         rollout_rows // dp, rollout_rows, dp, False),
+              table.REWARD.name: _driver_stage(table.REWARD, rollout_rows)}
+    if group_filter is not None:  # the reward stage also writes the filter metric; the filter runs next
+        stages[table.REWARD.name] = StagePlan(table.REWARD.name, rollout_rows, 1, False, stage=table.REWARD,
+                                              inputs=table.REWARD.inputs, extra_outputs=(table.FILTER_METRIC,))
+        stages[table.FILTER.name] = _driver_stage(table.FILTER, rollout_rows)
     if rl_config.init_kl_coef > 0:
         stages[table.REF.name] = _stage(table.REF, rl_config.ref_dispatch_size, share, rows, dp, balanced)
     # on-policy (one optimizer step over the whole round, one epoch): the update's own log-probs are the old ones
@@ -315,12 +409,19 @@ def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
     train_inputs = table.TRAIN.inputs + tuple(stages[s.name].stage.outputs[0] for s in (table.OLD, table.REF)
                                                if s.name in stages)
     stages[table.TRAIN.name] = _stage(table.TRAIN, None, mini // dp, rows, dp, balanced, train_inputs)
+    if group_filter is not None:  # the filter reads its metric and carries what the train stages read
+        later = [s for s in stages.values() if s.phase == "train"]
+        made = {c for s in later for c in s.outputs}
+        carried = tuple(dict.fromkeys(c for s in later for c in s.inputs if c not in made))
+        stages[table.FILTER.name] = StagePlan(table.FILTER.name, rollout_rows, 1, False, stage=table.FILTER,
+                                              inputs=table.FILTER.inputs + carried)
     timeout = rl_config.td_timeout
     stage_timeout = float(getattr(rl_config, "stage_timeout", None) or timeout)
     return RunPlan(layout=layout, prompts_per_round=actor_config.global_batch_size,
                    n_samples=rl_config.n_samples_per_prompt, mini_batch_rows=mini, epochs=rl_config.epochs,
                    train_iters=actor_config.train_iters, stages=stages,
                    balance=_balance(actor_config, rl_config), seed=rl_config.seed,
+                   train_prompts_per_round=train_prompts, overlong=overlong, group_filter=group_filter,
                    # a rank waits in a collective at most as long as its peers' stage runs: the driver's
                    # stage deadline fires first and names the rank that did not answer
                    timeouts=Timeouts(data_wait=timeout, collective=max(timeout, stage_timeout) + 60.0,

@@ -5,6 +5,10 @@ constants below); the run plan picks the stages a run needs and sizes their
 shares. A ``dp`` stage runs on the worker ranks, each DP rank on its own
 shares of the round; a ``driver`` stage runs in the driver on the whole round
 (one fetch in row order, one put).
+
+``phase`` 'rollout' stages make a batch of experience from prompts; with
+dynamic sampling (DAPO) they run once per rollout batch until the train
+batch is full, then the 'train' stages run once on the kept rows.
 """
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
@@ -26,6 +30,7 @@ class Stage:
     dispatch_key: Optional[str] = None           # rl_config key of rows per share
     granularity: str = "sample"  # 'sample': rows move alone; 'group': a GRPO group stays together
     balanceable: bool = False    # shares may be balanced by workload
+    phase: str = "train"         # 'rollout': repeated per rollout batch under dynamic sampling
 
     @property
     def is_dp(self) -> bool:
@@ -34,9 +39,14 @@ class Stage:
 
 ROLLOUT = Stage("actor_rollout", "dp", "actor", "generate_sequences", ("prompts",),
                 ("responses", "response_length"), cost_columns=("prompt_length",),
-                dispatch_key="actor_rollout_dispatch_size")
+                dispatch_key="actor_rollout_dispatch_size", phase="rollout")
+# the filter metric (DAPO) is a third output of the reward stage when dynamic sampling is on
+FILTER_METRIC = "metric_for_dapo"
 REWARD = Stage("rule_reward", "driver", "driver", "compute_rewards",
-               ("responses", "labels", "prompt_length", "response_length"), ("rm_scores", "advantages"))
+               ("responses", "labels", "prompt_length", "response_length"), ("rm_scores", "advantages"),
+               phase="rollout")
+# DAPO dynamic sampling: drop groups whose filter metric is all equal, keep the rest for the train batch
+FILTER = Stage("dynamic_sampling", "driver", "driver", "filter_groups", (FILTER_METRIC,), (), phase="rollout")
 REF = Stage("ref_log_prob", "dp", "ref", "compute_ref_log_prob", SEQ_COLUMNS, ("ref_log_prob",),
             micro_batch_key="ref_forward_micro_batch_size", dispatch_key="ref_dispatch_size", balanceable=True)
 OLD = Stage("actor_log_prob", "dp", "actor", "compute_log_prob", SEQ_COLUMNS, ("old_log_prob",),
@@ -46,7 +56,7 @@ TRAIN = Stage("actor_train", "dp", "actor", "update", SEQ_COLUMNS + ("advantages
               micro_batch_key="micro_batch_size", dispatch_key="actor_update_dispatch_size", balanceable=True)
 
 # in the order an iteration runs them
-STAGES: Tuple[Stage, ...] = (ROLLOUT, REWARD, REF, OLD, TRAIN)
+STAGES: Tuple[Stage, ...] = (ROLLOUT, REWARD, FILTER, REF, OLD, TRAIN)
 BY_NAME: Dict[str, Stage] = {s.name: s for s in STAGES}
 BALANCED_STAGES = tuple(s.name for s in STAGES if s.balanceable)
 

@@ -12,7 +12,6 @@ from typing import Callable, List, Optional
 WARN, ERROR = "warn", "error"
 _HF_ROLLOUT = "rollout samples with HF generate over the rank's whole share"
 _NO_FUSION = "the HF model's own kernels run; no fused/Ascend kernels"
-_DAPO = "not implemented yet (DAPO): "
 _MULTI_TURN = "not implemented yet: no multi-turn tool use; each response is one generate call"
 _LORA = "not implemented yet: every weight is trained (full-parameter GRPO; the memory plan counts full AdamW state)"
 _MOE_KERNELS = "MoE layers run as transformers implements them; experts are sharded by FSDP, no token dispatcher"
@@ -77,21 +76,6 @@ KEYS: List[Key] = [
         "every pass packs micro-batches up to max_packing_token_size (same math, memory per micro-batch differs)",
         lambda v: v is not None),
     Key("rl_config", "share_backbone", WARN, "no LoRA, so nothing to share"),
-    Key("rl_config", "token_level_loss", WARN, _DAPO + "the loss is always averaged over all tokens of a "
-        "mini-batch (token-level)", lambda v: v is False),
-    Key("rl_config", "clip_higher_enable", WARN, _DAPO + "the ratio is clipped to 1 +- clip_ratio"),
-    Key("rl_config", "clip_ratio_low", WARN, _DAPO + "the ratio is clipped to 1 +- clip_ratio"),
-    Key("rl_config", "clip_ratio_high", WARN, _DAPO + "the ratio is clipped to 1 +- clip_ratio"),
-    Key("rl_config", "overlong_buffer_enable", WARN, _DAPO + "no overlong-response penalty"),
-    Key("rl_config", "overlong_buffer", WARN, _DAPO + "no overlong-response penalty"),
-    Key("rl_config", "overlong_buffer_penalty_factor", WARN, _DAPO + "no overlong-response penalty"),
-    Key("rl_config", "rollout_max_tokens", WARN, _DAPO + "responses stop at sampling_config.max_tokens"),
-    Key("rl_config", "filter_groups_enable", WARN, _DAPO + "every group of the batch is trained on "
-        "(no dynamic sampling)"),
-    Key("rl_config", "filter_groups_metric", WARN, _DAPO + "no dynamic sampling"),
-    Key("rl_config", "filter_groups_max_batches", WARN, _DAPO + "no dynamic sampling"),
-    Key("rl_config", "filter_groups_train_batch_size", WARN, _DAPO + "no dynamic sampling; each step trains "
-        "on global_batch_size prompts"),
     Key("rl_config", "multi_turn_enable", WARN, _MULTI_TURN),
     Key("rl_config", "tool_config_path", WARN, _MULTI_TURN),
     Key("rl_config", "max_tool_calls", WARN, _MULTI_TURN),
@@ -114,10 +98,8 @@ KEYS: List[Key] = [
     Key("megatron_training", "variable_seq_lengths", WARN, "sequence lengths always vary (packed or padded)"),
     Key("megatron_training", "reset_position_ids", WARN,
         "packed sequences always restart their positions", lambda v: v is False),
-    Key("megatron_training", "stage", ERROR, "only GRPO ('ray_grpo') is implemented",
+    Key("megatron_training", "stage", ERROR, "only GRPO ('ray_grpo') and DAPO ('ray_dapo') are implemented",
         lambda v: v not in (None, "ray_grpo", "ray_dapo")),
-    Key("megatron_training", "stage", WARN, _DAPO + "'ray_dapo' runs the GRPO trainer; see the DAPO keys",
-        lambda v: v == "ray_dapo"),
     Key("megatron_training", "attention_mask_type", ERROR, "attention is causal", lambda v: v != "causal"),
     Key("megatron_training", "reset_attention_mask", WARN,
         "packed samples never attend to each other (as with reset_attention_mask: true)", lambda v: v is False),

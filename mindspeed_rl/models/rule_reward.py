@@ -117,6 +117,7 @@ class RuleReward:
         total = torch.zeros(len(responses), dtype=torch.float32)
         metrics = {}
         texts = None
+        self.last_scores: Dict[str, torch.Tensor] = {}  # each verifier's own scores (DAPO's filter metric)
         for name, weight in zip(self.verifier_function, self.verifier_weight):
             if name in VERIFIERS:
                 scores = [VERIFIERS[name](r, l, self.eos_id) for r, l in zip(responses, labels)]
@@ -131,6 +132,7 @@ class RuleReward:
                 metrics.update({f"reward/{name}/{k}": float(v) for k, v in outcomes.items()})
             scores = torch.tensor(scores, dtype=torch.float32)
             metrics[f"reward/{name}/mean"] = float(scores.mean()) if len(scores) else 0.0
+            self.last_scores[name] = scores
             total += weight * scores
         self.last_metrics = metrics
         return total

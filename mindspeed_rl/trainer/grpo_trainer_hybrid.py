@@ -178,10 +178,22 @@ class RayGRPOTrainer(RayBaseTrainer):
         call for the plan and every rank's rows, one call per rank, and one dock
         call for the results; a driver stage is one fetch and one put."""
         start = time.perf_counter()
-        td, plan = self.transfer_dock, self.run_plan
-        ray.get(td.start_round.remote(_columns(self._checked(batch)), self.dataset_additional_keys))
+        self._took_batch(iteration)
+        ray.get(self.transfer_dock.start_round.remote(_columns(self._checked(batch)), self.dataset_additional_keys))
+        metrics, results = self._run_stages(list(self.run_plan.stages.values()), iteration=iteration)
+        return self._finish_step(metrics, results, start)
+
+    def _took_batch(self, iteration: int):
+        if self.data_position is None:
+            self.data_position = iteration - 1
+        self.data_position += 1
+
+    def _run_stages(self, stages, iteration: int):
+        """Run ``stages`` (StagePlans) in order on the dock's current round; returns
+        (driver stages' metrics, the ranks' metrics of the DP stages)."""
+        td = self.transfer_dock
         metrics, results = {}, []
-        for stage in plan.stages.values():
+        for stage in stages:
             if not stage.is_dp:
                 metrics.update(getattr(self, stage.method)(stage))
                 continue
@@ -191,6 +203,11 @@ class RayGRPOTrainer(RayBaseTrainer):
             results += stage_results
             if stage.outputs:
                 ray.get(td.put_stage.remote(stage.name, *outputs))
+        return metrics, results
+
+    def _finish_step(self, metrics: Dict[str, float], results: List[Dict[str, float]], start: float):
+        """Update metrics, per-rank timings and balance, the dock's round summary; KL control."""
+        td, plan = self.transfer_dock, self.run_plan
         train = [r for r in results if f"timing/{TRAIN.name}" in r]
         metrics.update({k: float(np.mean([u[k] for u in train])) for k in train[0] if k.startswith("actor/")})
         metrics.update(rank_timing_metrics(results))
@@ -200,18 +217,21 @@ class RayGRPOTrainer(RayBaseTrainer):
         metrics.update(plan_balance_metrics(summary["balance"]))  # per DP rank, as the balance report
         self.logger.log_balance(iteration, summary["balance"])
         metrics["timing/iteration"] = time.perf_counter() - start
-        self.kl_ctrl.update(metrics.get("actor/kl", 0.0), plan.rows_per_round)
+        self.kl_ctrl.update(metrics.get("actor/kl", 0.0), plan.train_rows_per_round)
         return metrics
 
     def compute_rewards(self, stage) -> Dict[str, float]:
         """Driver stage: rewards, advantages and data metrics of the round."""
-        return compute_rewards(self.transfer_dock, stage, self.reward_list, self.run_plan.n_samples,
-                               self.adv_estimator)
+        plan = self.run_plan
+        return compute_rewards(self.transfer_dock, stage, self.reward_list, plan.n_samples, self.adv_estimator,
+                               overlong=plan.overlong,
+                               filter_metric=plan.group_filter.metric if plan.group_filter else None)
 
     def state_dict(self, iteration: int) -> Dict[str, float]:
         """Driver state after ``iteration``: the KL coefficient, the data
         iterator's position (batches taken) and the dock's round count."""
-        return {"iteration": iteration, "kl_coef": self.kl_ctrl.value, "data_position": iteration,
+        position = iteration if self.data_position is None else self.data_position
+        return {"iteration": iteration, "kl_coef": self.kl_ctrl.value, "data_position": position,
                 "dock_round": iteration}
 
     def save(self, iteration: int) -> str:

@@ -141,8 +141,10 @@ class IntegratedWorker(BaseWorker):
 
     def _train_mini_batch(self, batch, kl_coef, skip_actor_log_prob) -> Dict[str, float]:
         rl = self.rl_config
-        local_tokens = sum(r.numel() for r in batch["responses"])
-        token_count = all_reduce_scalar(float(local_tokens), "sum", self.parallel_state.dp_group)
+        # the loss divides by the mini-batch's tokens (token_level_loss) or sequences, over all DP ranks
+        local = sum(r.numel() for r in batch["responses"]) if rl.token_level_loss else len(batch["responses"])
+        token_count = all_reduce_scalar(float(local), "sum", self.parallel_state.dp_group)
+        low, high = (rl.clip_ratio_low, rl.clip_ratio_high) if rl.clip_higher_enable else (None, None)
         parts = self._micro_batches(_lengths(batch), self.megatron_config.micro_batch_size, sync=True)
         advantages = torch.cat([a.reshape(1).float() for a in batch["advantages"]])
 
@@ -157,7 +159,8 @@ class IntegratedWorker(BaseWorker):
             ent = pad_sequence(entropy, batch_first=True) if entropy is not None else None
             return grpo_loss(lp, old, advantages[idx].to(lp.device), mask, clip_ratio=rl.clip_ratio,
                              ref_log_probs=ref, kl_coef=kl_coef, kl_kind=rl.kl_penalty, entropy=ent,
-                             entropy_coeff=rl.entropy_coeff, token_count=1.0)
+                             entropy_coeff=rl.entropy_coeff, token_count=1.0, clip_ratio_low=low,
+                             clip_ratio_high=high, token_level_loss=rl.token_level_loss)
 
         return self.actor.train_step(batch["prompts"], batch["responses"], parts, loss_fn, token_count,
                                      dp_size=self.parallel_state.dp_size, with_entropy=rl.entropy_coeff > 0,

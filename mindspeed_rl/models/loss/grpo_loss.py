@@ -65,8 +65,11 @@ def grpo_loss(
     entropy: Optional[torch.Tensor] = None,
     entropy_coeff: float = 0.0,
     token_count: Optional[Union[int, float, torch.Tensor]] = None,
+    clip_ratio_low: Optional[float] = None,
+    clip_ratio_high: Optional[float] = None,
+    token_level_loss: bool = True,
 ) -> Tuple[torch.Tensor, Dict[str, float]]:
-    """PPO-clipped GRPO loss summed over response tokens and divided by token_count.
+    """PPO-clipped GRPO/DAPO loss summed over response tokens and divided by token_count.
 
     log_probs, old_log_probs, ref_log_probs, entropy and mask are (B, T); advantages is (B,)
     (one value per sequence, broadcast over T) or already (B, T). Per token:
@@ -75,6 +78,12 @@ def grpo_loss(
     the whole mini-batch (all ranks, all micro-batches) so that summing the pieces' gradients
     equals the gradient of the full batch. old_log_probs=None means on-policy (r = 1).
     Metrics are token means over this call's mask.
+
+    DAPO: the ratio is clipped to [1 - clip_ratio_low, 1 + clip_ratio_high] (each defaults to
+    clip_ratio); ``actor/clip_frac_low`` / ``_high`` are the token fractions clipped at either end
+    (negative advantage below 1 - low, positive advantage above 1 + high). With
+    ``token_level_loss=False`` each sequence's tokens are averaged first (seq-mean-token-mean):
+    the sum runs over sequences and token_count counts sequences (default: this call's).
     """
     if old_log_probs is None:
         old_log_probs = log_probs.detach()
@@ -83,15 +92,20 @@ def grpo_loss(
         advantages = advantages.unsqueeze(-1)
     advantages = advantages.to(log_probs.dtype)
 
+    low = clip_ratio if clip_ratio_low is None else clip_ratio_low
+    high = clip_ratio if clip_ratio_high is None else clip_ratio_high
     ratio = torch.exp(log_probs - old_log_probs)
     pg_unclipped = -advantages * ratio
-    pg_clipped = -advantages * torch.clamp(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
+    pg_clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
     pg = torch.maximum(pg_unclipped, pg_clipped)
     per_token = pg
+    clipped = pg_clipped > pg_unclipped
 
     metrics = {
         "actor/pg_loss": _masked_mean(pg, mask),
-        "actor/clip_frac": _masked_mean((pg_clipped > pg_unclipped).to(mask.dtype), mask),
+        "actor/clip_frac": _masked_mean(clipped.to(mask.dtype), mask),
+        "actor/clip_frac_low": _masked_mean((clipped & (advantages < 0)).to(mask.dtype), mask),
+        "actor/clip_frac_high": _masked_mean((clipped & (advantages > 0)).to(mask.dtype), mask),
         "actor/kl": 0.0,
         "actor/entropy": 0.0,
     }
@@ -109,8 +123,10 @@ def grpo_loss(
     elif entropy_coeff != 0.0:
         raise ValueError("entropy_coeff is non-zero but entropy is None")
 
+    if not token_level_loss:  # each sequence weighs the same, whatever its length
+        mask = mask / mask.sum(dim=-1, keepdim=True).clamp(min=1.0)
     if token_count is None:
-        denom = mask.sum().clamp(min=1.0)
+        denom = mask.sum().clamp(min=1.0) if token_level_loss else (mask.sum(dim=-1) > 0).sum().clamp(min=1)
     else:
         if not torch.is_tensor(token_count) and token_count <= 0:
             raise ValueError(f"token_count must be positive, got {token_count}")

@@ -87,14 +87,21 @@ class BalancePlanner:
         return lengths.sum(axis=1).astype(np.float64)
 
     def make_plan(self, consumer: str, usable: Tensor, needed: int, unit_lengths: UnitLengths,
-                  metrics=None, balanced: bool = True, exact: Optional[bool] = None) -> List[Tensor]:
+                  metrics=None, balanced: bool = True, exact: Optional[bool] = None,
+                  n_shares: Optional[int] = None) -> List[Tensor]:
         """Split ``usable`` units into shares of at most ``needed`` units
-        (exactly ``needed`` with ``exact``; default: the planner's ``exact_shares``)."""
+        (exactly ``needed`` with ``exact``; default: the planner's ``exact_shares``),
+        or into exactly ``n_shares`` shares whose sizes differ by at most one."""
         exact = self.exact_shares if exact is None else exact
         total = usable.numel()
-        if needed <= 0 or total == 0 or (exact and total < needed):
+        if n_shares is not None:
+            if not 0 < n_shares <= total:
+                raise ValueError(f"make_plan('{consumer}'): {total} units cannot fill {n_shares} shares")
+            exact = False
+        elif needed <= 0 or total == 0 or (exact and total < needed):
             return []
-        n_shares = total // needed if exact else -(-total // needed)
+        else:
+            n_shares = total // needed if exact else -(-total // needed)
         pool = usable[: n_shares * needed] if exact else usable
         costs = self.unit_costs(unit_lengths(pool))
         if n_shares == 1:

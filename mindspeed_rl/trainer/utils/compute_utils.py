@@ -30,6 +30,24 @@ class AdaptiveKLController:
         self.value = max(0.0, self.value * (1 + error * n_steps / self.horizon))
 
 
+def overlong_penalty(response_length: torch.Tensor, buffer: int, penalty_factor: float,
+                     max_tokens: int) -> torch.Tensor:
+    """DAPO's soft overlong punishment per row: 0 up to ``max_tokens - buffer`` tokens,
+    then falling linearly to ``-penalty_factor`` at ``max_tokens`` (and no lower)."""
+    over = response_length.float() - (max_tokens - buffer)
+    return -(over.clamp(min=0.0, max=float(buffer)) / buffer) * penalty_factor
+
+
+def verifier_scores(reward_list: Sequence, name: str) -> torch.Tensor:
+    """The last per-row scores of verifier ``name`` (before its weight), from the reward functions."""
+    for reward_fn in reward_list:
+        scores = (getattr(reward_fn, "last_scores", None) or {}).get(name)
+        if scores is not None:
+            return torch.as_tensor(scores).float().reshape(-1)
+    raise ValueError(f"rl_config.filter_groups_metric={name!r}: no reward function gave per-row scores "
+                     f"under that name")
+
+
 def score_rows(reward_list: Sequence, responses, labels) -> Tuple[torch.Tensor, Dict[str, float]]:
     """Scores of every row: each reward function's scores times its ``weight``
     (attribute, default 1), summed; plus the functions' own metrics."""
@@ -54,22 +72,34 @@ def data_metrics(batch) -> Dict[str, float]:
             "response_length/min": resp.min(), "prompt_length/mean": prompt.mean()}
 
 
-def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estimator: str = "group_norm"
-                    ) -> Dict[str, float]:
+def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estimator: str = "group_norm",
+                    overlong=None, filter_metric: str = None) -> Dict[str, float]:
     """The driver stage of a round: one fetch of every row in order, scores
-    (weighted over ``reward_list``), group-normalised advantages and data
-    metrics, one put of ``stage.outputs`` (rm_scores, advantages)."""
+    (weighted over ``reward_list``, plus DAPO's overlong penalty with an
+    ``overlong`` spec), group-normalised advantages and data metrics, one put of
+    ``stage.outputs`` (rm_scores, advantages, and with dynamic sampling the
+    ``filter_metric`` verifier's own scores)."""
     if adv_estimator != "group_norm":
         raise ValueError(f"adv_estimator '{adv_estimator}' is not supported; use 'group_norm'")
     rows = list(range(stage.rows_per_share))
     batch = ray.get(td.get_rows.remote(list(stage.inputs), rows))
     scores, metrics = score_rows(reward_list, batch["responses"], batch["labels"])
+    if overlong is not None:
+        lengths = torch.tensor([int(x) for x in batch["response_length"]])
+        penalty = overlong_penalty(lengths, overlong.buffer, overlong.penalty_factor, overlong.max_tokens)
+        scores = scores + penalty
+        metrics.update({"reward/overlong_penalty/mean": float(penalty.mean()),
+                        "reward/overlong_penalty/frac": float((penalty < 0).float().mean())})
     bad = torch.nonzero(~torch.isfinite(scores)).reshape(-1)
     if bad.numel():  # named by the trainer's non-finite policy (rl_config.max_nonfinite_iterations)
         metrics.update({"reward/nonfinite": float(bad.numel()), "reward/first_nonfinite_row": float(bad[0]),
                         "reward/first_nonfinite_value": float(scores[bad[0]])})
     advantages = compute_group_norm_advantages(scores, n_samples)
-    out = dict(zip(stage.outputs, (scores, advantages)))
+    values = (scores, advantages) + ((verifier_scores(reward_list, filter_metric),) if filter_metric else ())
+    if len(values) != len(stage.outputs):
+        raise ValueError(f"stage '{stage.name}' writes {list(stage.outputs)}; got {len(values)} columns "
+                         f"(filter_metric={filter_metric!r})")
+    out = dict(zip(stage.outputs, values))
     ray.get(td.put_experience.remote(ColumnBatch({k: list(v.reshape(-1, 1)) for k, v in out.items()}), rows))
     metrics.update({"reward/mean": float(scores.mean()), "reward/max": float(scores.max()),
                     "reward/min": float(scores.min())})

@@ -285,17 +285,25 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
     def plan_stage(self, name: str) -> List[List[List[int]]]:
         """The round's plan of DP stage ``name``: for each DP rank, its shares
         (row lists, in the order the rank runs them). Share s goes to rank
-        s % dp. Planned once per round; later calls return the same plan."""
+        s % dp. Planned once per round; later calls return the same plan.
+        A round with fewer rows than the stage plans for (DAPO dynamic sampling)
+        is cut into the same number of shares, sizes differing by at most one unit."""
         if name in self._stage_plans:
             return self._stage_plans[name]
         stage = self._stage_plan(name)
         dp = self.run_plan.layout.dp
-        all_rows = torch.arange(self.max_len)
+        n_rows, full = self._round_rows(), stage.planned_rows * dp
+        if n_rows > full or n_rows % stage.unit or n_rows // stage.unit < dp * stage.shares_per_rank:
+            raise RuntimeError(f"plan_stage('{name}'): the round holds {n_rows} rows; the stage takes at most "
+                               f"{full}, in units of {stage.unit}, at least one per share of its "
+                               f"{dp * stage.shares_per_rank} shares")
+        all_rows = torch.arange(n_rows)
         self._require(list(dict.fromkeys(stage.inputs + stage.cost_columns)), all_rows, f"stage '{name}'")
-        units = torch.arange(self.max_len // stage.unit)
+        units = torch.arange(n_rows // stage.unit)
+        n_shares = None if n_rows == full else dp * stage.shares_per_rank
         shares = self.planner.make_plan(name, units, stage.rows_per_share // stage.unit,
                                         self._unit_lengths(stage.cost_columns, stage.unit), self.metrics,
-                                        balanced=stage.balanced)
+                                        balanced=stage.balanced, n_shares=n_shares)
         if len(shares) != dp * stage.shares_per_rank:
             raise RuntimeError(f"plan_stage('{name}'): the plan has {len(shares)} shares, the run plan "
                                f"expects {dp * stage.shares_per_rank}")
@@ -305,6 +313,14 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
         plan = [[rows[k * dp + r] for k in range(stage.shares_per_rank)] for r in range(dp)]
         self._stage_plans[name] = plan
         return plan
+
+    def _round_rows(self) -> int:
+        """Rows of this round: the prompts put, rows 0 .. n-1 (a full round fills the dock)."""
+        ready = self.experience_data_status["prompts"]
+        n = int(ready.sum())
+        if n < self.max_len and bool(ready[n:].any()):
+            raise RuntimeError("transfer dock: the round's prompts are not rows 0 .. n-1")
+        return n
 
     def dispatch(self, name: str) -> list:
         """``[plan, batch_0, ..., batch_{dp-1}]`` for DP stage ``name``: the
