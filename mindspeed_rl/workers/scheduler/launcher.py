@@ -69,6 +69,18 @@ def _whereabouts(_actor=None) -> Tuple[int, str]:
     return os.getpid(), ray.get_runtime_context().get_node_id()
 
 
+_STATES = {"T": "stopped", "t": "stopped", "Z": "zombie", "X": "dead", "D": "in uninterruptible I/O"}
+
+
+def _process_state(pid: int) -> Optional[str]:
+    """A local process's state when it is not running or sleeping normally (Linux /proc), else None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return _STATES.get(f.read().rsplit(")", 1)[1].split()[0])
+    except (OSError, IndexError):
+        return None
+
+
 def _fmt(resources: Dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items())) + "}"
 
@@ -146,28 +158,32 @@ class RayActorGroup:
                 megatron_config, rl_config, generate_config, rank=rank, world_size=self.world_size,
                 run_plan=run_plan, **kwargs))
         # (pid, node id) per rank: named when a rank does not answer
-        self.pids = self._wait([a.__ray_call__.remote(_whereabouts) for a in self.actors], "start")
-        addr, port = self._wait([self.actors[0].get_master_addr_port.remote()], "get_master_addr_port")[0]
-        self.execute_sync_command("init_distributed", addr, port)
+        # starting the workers (imports, process group) is bounded by the placement timeout, not the stage deadline
+        start = max(self.stage_timeout or 0.0, run_plan.timeouts.placement)
+        self.pids = self._wait([a.__ray_call__.remote(_whereabouts) for a in self.actors], "start", start)
+        addr, port = self._wait([self.actors[0].get_master_addr_port.remote()], "get_master_addr_port", start)[0]
+        self._wait([a.init_distributed.remote(addr, port) for a in self.actors], "init_distributed", start)
 
     # ------------------------------------------------------------ running commands
 
-    def _wait(self, refs: List[ray.ObjectRef], name: str) -> List[Any]:
+    def _wait(self, refs: List[ray.ObjectRef], name: str, timeout: Optional[float] = None) -> List[Any]:
         """Results in rank order; the first failing rank ends the group with a
         clear error instead of leaving the others blocked in a collective, and
-        ranks that do not answer within ``stage_timeout`` are named."""
+        ranks that do not answer within ``timeout`` (default ``stage_timeout``) are named."""
+        timeout = self.stage_timeout if timeout is None else timeout
         index = {ref: i for i, ref in enumerate(refs)}
         results: Dict[int, Any] = {}
         pending = list(refs)
-        deadline = None if self.stage_timeout is None else time.monotonic() + self.stage_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, pending = ray.wait(pending, num_returns=1, timeout=left)
             if not ready:
                 silent = sorted(index[r] for r in pending)
+                key = "rl_config.stage_timeout" if timeout == self.stage_timeout else "worker start"
                 self.kill()
                 raise StageTimeoutError(
-                    f"'{name}' did not finish within {self.stage_timeout:g}s (rl_config.stage_timeout): "
+                    f"'{name}' did not finish within {timeout:g}s ({key}): "
                     f"{self._ranks(silent)} did not answer"
                     + (f", rank(s) {sorted(results)} finished" if results else "") + "; the run stops")
             try:
@@ -180,11 +196,18 @@ class RayActorGroup:
         return [results[i] for i in range(len(refs))]
 
     def _ranks(self, ranks: List[int]) -> str:
-        """'rank 1 (pid 123)' / 'ranks 1, 3 (pids 123, 456)'."""
-        pids = [str(self.pids[r][0]) for r in ranks if r < len(self.pids)]
+        """'rank 1 (pid 123, stopped)' / 'ranks 0, 1 (pid 122; pid 123, stopped)': the state of a
+        worker on the driver's node is read from /proc (stopped, zombie, ...)."""
         label = "rank" if len(ranks) == 1 else "ranks"
-        where = f" (pid{'s' if len(pids) > 1 else ''} {', '.join(pids)})" if len(pids) == len(ranks) else ""
-        return f"{label} {', '.join(map(str, ranks))}{where}"
+        if len(self.pids) < len(self.actors) or not ranks or max(ranks) >= len(self.pids):
+            return f"{label} {', '.join(map(str, ranks))}"
+        here = ray.get_runtime_context().get_node_id()
+        notes = []
+        for r in ranks:
+            pid, node = self.pids[r]
+            state = _process_state(pid) if node == here else None
+            notes.append(f"pid {pid}" + (f", {state}" if state else ""))
+        return f"{label} {', '.join(map(str, ranks))} ({'; '.join(notes)})"
 
     @staticmethod
     def _root_cause(first, pending, index, grace: float = 3.0):

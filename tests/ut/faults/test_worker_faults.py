@@ -1,0 +1,65 @@
+"""Worker-side faults on a real local Ray: a stopped worker (SIGSTOP of its pid) during a stage ends
+in one error naming the stage and the silent rank; too many ranks for the cluster is one line."""
+import os
+import signal
+
+import pytest
+import torch.distributed as dist
+
+from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
+from mindspeed_rl.workers.base_worker import BaseWorker
+from mindspeed_rl.workers.scheduler import launcher
+from mindspeed_rl.config_cls.megatron_config import MegatronConfig
+from mindspeed_rl.config_cls.rl_config import RLConfig
+from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, Timeouts
+
+
+def _configs(world=2, timeout=60.0):
+    actor = MegatronConfig({}, {})
+    rl = RLConfig({"td_timeout": timeout, "actor_resource": {"num_npus": world}})
+    plan = RunPlan(Layout(world, world, 1), prompts_per_round=1, n_samples=1, mini_batch_rows=1,
+                   epochs=1, train_iters=1, timeouts=Timeouts(timeout, timeout + 60, timeout))
+    return actor, rl, plan
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    started = init_ray(num_cpus=2)
+    yield
+    if started:
+        shutdown_ray()
+
+
+def test_stopped_worker_is_named_after_the_stage_deadline(local_ray):
+    class Stage(BaseWorker):
+        def step(self):
+            dist.barrier()  # rank 0 waits here for the stopped rank 1
+            return self.rank
+
+    actor, rl, plan = _configs(world=2, timeout=60.0)
+    group = launcher.RayActorGroup(Stage, actor, rl, None, plan, num_cpus_per_worker=0.25, stage_timeout=4.0)
+    group_pids = [p for p, _ in group.pids]
+    pid = group_pids[1]
+    assert pid != os.getpid() and pid != group.pids[0][0]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(launcher.StageTimeoutError) as info:
+            group.execute_sync_command("step")
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    # rank 0 waits in the barrier for rank 1: both are silent, the stopped one is marked
+    assert str(info.value) == (f"'step' did not finish within 4s (rl_config.stage_timeout): ranks 0, 1 "
+                               f"(pid {group_pids[0]}; pid {pid}, stopped) did not answer; the run stops")
+    assert group.actors == [] and group.placement_group is None  # the group was torn down
+
+
+def test_more_ranks_than_the_cluster_has_is_one_line(local_ray):
+    actor, rl, plan = _configs(world=8, timeout=60.0)
+    with pytest.raises(launcher.PlacementError) as info:
+        launcher.RayActorGroup(BaseWorker, actor, rl, None, plan)
+    assert str(info.value) == ("cannot place the workers: the run asks for 8 workers x {CPU: 0.5} = {CPU: 4}; the "
+                               "cluster has {CPU: 2} on 1 node(s) (rl_config.actor_resource.num_npus sets the "
+                               "worker count)")
