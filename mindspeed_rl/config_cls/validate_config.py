@@ -61,14 +61,18 @@ def _check_worker_mode(rl_config):
 def _check_batches(actor_config, rl_config):
     n = rl_config.n_samples_per_prompt
     mini = rl_config.mini_batch_size  # already counted in samples
-    total = actor_config.global_batch_size * n
+    # under DAPO's dynamic sampling the train batch is filter_groups_train_batch_size prompts
+    prompts = rl_config.filter_groups_train_batch_size if rl_config.filter_groups_enable \
+        else actor_config.global_batch_size
+    total = prompts * n
     if mini % n != 0:
         raise ValueError(f"rl_config.mini_batch_size={mini} (in samples) must be a "
                          f"multiple of rl_config.n_samples_per_prompt={n}")
     if total % mini != 0:
         raise ValueError(
             f"rl_config.mini_batch_size={mini // n} prompts ({mini} samples with n_samples_per_prompt={n}) "
-            f"must divide global_batch_size={actor_config.global_batch_size} prompts ({total} samples)")
+            f"must divide the train batch of {prompts} prompts ({total} samples: global_batch_size, or "
+            f"filter_groups_train_batch_size with filter_groups_enable)")
 
 
 def validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config):

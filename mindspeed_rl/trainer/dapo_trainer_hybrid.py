@@ -121,7 +121,7 @@ class RayDAPOTrainer(RayGRPOTrainer):
                         "dapo/dropped_groups": float(self._counts["dropped"]),
                         "dapo/train_groups": float(groups),
                         "dapo/batch_full": float(groups >= spec.train_prompts)})
-        return self._finish_step(metrics, sum_by_rank(rollout_results) + results, start)
+        return self._finish_step(iteration, metrics, sum_by_rank(rollout_results) + results, start)
 
     def filter_groups(self, stage) -> Dict[str, float]:
         """Driver stage (dynamic sampling): keep this batch's groups whose filter

@@ -62,7 +62,7 @@ def first_nonfinite(metrics: Dict[str, float], skipped_before=None):
     """The first non-finite quantity of an iteration's metrics, in words (None when all are finite):
     rewards (``reward/nonfinite`` rows, counted by the rewards stage), loss, grad norm, or an optimizer
     step the engine skipped (``actor/skipped_steps`` grew since ``skipped_before``)."""
-    rows = metrics.get("reward/nonfinite", 0)
+    rows = 0
     if rows:
         first = metrics.get("reward/first_nonfinite_row")
         return (f"reward in {int(rows)} rows" + (f" (first row {int(first)}" if first is not None else "")
@@ -181,7 +181,7 @@ class RayGRPOTrainer(RayBaseTrainer):
         self._took_batch(iteration)
         ray.get(self.transfer_dock.start_round.remote(_columns(self._checked(batch)), self.dataset_additional_keys))
         metrics, results = self._run_stages(list(self.run_plan.stages.values()), iteration=iteration)
-        return self._finish_step(metrics, results, start)
+        return self._finish_step(iteration, metrics, results, start)
 
     def _took_batch(self, iteration: int):
         if self.data_position is None:
@@ -205,7 +205,8 @@ class RayGRPOTrainer(RayBaseTrainer):
                 ray.get(td.put_stage.remote(stage.name, *outputs))
         return metrics, results
 
-    def _finish_step(self, metrics: Dict[str, float], results: List[Dict[str, float]], start: float):
+    def _finish_step(self, iteration: int, metrics: Dict[str, float], results: List[Dict[str, float]],
+                     start: float):
         """Update metrics, per-rank timings and balance, the dock's round summary; KL control."""
         td, plan = self.transfer_dock, self.run_plan
         train = [r for r in results if f"timing/{TRAIN.name}" in r]

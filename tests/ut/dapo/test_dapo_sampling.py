@@ -1,0 +1,211 @@
+"""DAPO dynamic sampling in-process: an in-process dock, two IntegratedWorkers
+(DP ranks 0 and 1, no process group) with a recording engine, the real trainer step.
+
+The reward makes every group whose label is even all-equal (1.0) and every odd
+group vary (the response length); the engine's response lengths follow the
+rollout seed, so refills sample afresh."""
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+
+import mindspeed_rl.trainer.dapo_trainer_hybrid as dapo
+import mindspeed_rl.workers.integrated_worker as iw
+from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.config_cls.stages import FILTER, REF, TRAIN
+from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+from mindspeed_rl.workers.parallel_state import ParallelState
+
+TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
+Dock = GRPOTransferDock.__ray_actor_class__
+# 8 prompts a rollout batch, 3 samples, 2 DP ranks; the train batch is 6 groups (18 rows, one mini-batch)
+DAPO = ["megatron_training.model_path=/unused", "megatron_training.stage=ray_dapo",
+        "rl_config.n_samples_per_prompt=3", "rl_config.mini_batch_size=6", "actor_config.micro_batch_size=1",
+        "rl_config.filter_groups_enable=true", "rl_config.filter_groups_metric=length_match",
+        "rl_config.filter_groups_train_batch_size=6", "rl_config.filter_groups_max_batches=5"]
+
+
+class Local:
+    """``handle.method.remote(...)`` runs in-process (ray.get is patched to identity)."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __getattr__(self, name):
+        return type("Remote", (), {"remote": staticmethod(getattr(self.obj, name))})
+
+
+class Engine:
+    """Stands in for CausalLMEngine: response lengths follow the seed; records trained prompts."""
+
+    def __init__(self, *args, **kwargs):
+        self.trained = []
+
+    def generate(self, prompts, max_new_tokens, seed=0, **kwargs):
+        return [torch.full((1 + (seed + i) % 7,), 5, dtype=torch.long) for i in range(len(prompts))]
+
+    def log_probs(self, prompts, responses, micro_batches, with_entropy=False, temperature=1.0):
+        return [torch.full((r.numel(),), -1.0) for r in responses], None
+
+    def train_step(self, prompts, responses, micro_batches, loss_fn, token_count, dp_size=1, **kwargs):
+        self.trained.append([(tuple(prompts[i].tolist()), responses[i].numel()) for mb in micro_batches for i in mb])
+        return {"actor/pg_loss": 0.0}
+
+
+class Reward:
+    """Even label: 1.0 for every sample (the group is dropped); odd: the response length."""
+
+    def __call__(self, responses, labels):
+        scores = torch.tensor([1.0 if int(l[0]) % 2 == 0 else float(r.numel()) for r, l in zip(responses, labels)])
+        self.last_scores = {"length_match": scores}
+        return scores
+
+
+class Group:
+    """The worker group as the launcher runs a stage: one dispatch, each rank's call, the outputs."""
+
+    def __init__(self, workers):
+        self.workers = workers
+
+    def run_stage(self, name, td, **context):
+        plan, *batches = td.dispatch.remote(name)
+        results = [w.run_stage(name, plan, batches[w.parallel_state.dp_rank], **context) for w in self.workers]
+        return [m for m, _ in results], [out for _, out in results]
+
+    def sync_init_transfer_dock(self, td):
+        pass
+
+
+def batches(start=0, size=8):
+    """Prompt batch k: prompts [k, j] with labels cycling 0..3 (half the groups odd)."""
+    k = start
+    while True:
+        yield {"prompts": [torch.tensor([10 + k, j]) for j in range(size)],
+               "labels": [torch.tensor([(k + j) % 4]) for j in range(size)]}
+        k += 1
+
+
+@pytest.fixture
+def local(monkeypatch):
+    monkeypatch.setattr(ray, "get", lambda value, **_: value)
+    monkeypatch.setattr(iw, "CausalLMEngine", Engine)
+
+
+def _trainer(*overrides, data_position=None):
+    cfgs = build_configs(load_config(TINY, DAPO + list(overrides)))
+    plan = cfgs.plan
+    workers = []
+    for rank in range(plan.layout.world_size):
+        w = iw.IntegratedWorker(cfgs.actor_config, cfgs.rl_config, cfgs.generate_config, rank=rank,
+                                world_size=plan.layout.world_size, run_plan=plan)
+        w.parallel_state = ParallelState.from_layout(rank, plan.layout)
+        w.initialize("/unused", eos_id=13, pad_id=14)
+        workers.append(w)
+
+    class Trainer(dapo.RayDAPOTrainer):
+        def transfer_dock_init(self):
+            self.dock = Dock(plan.dock_prompts, plan.n_samples, addition_columns=["labels", "metric_for_dapo"],
+                             run_plan=plan)
+            self.transfer_dock = Local(self.dock)
+
+    trainer = Trainer(actor_worker=Group(workers), reward_list=[Reward()], run_plan=plan,
+                      dataset_additional_keys=["labels"], init_kl_coef=cfgs.rl_config.init_kl_coef,
+                      data_position=data_position)
+    return trainer, workers
+
+
+def _trained(workers):
+    return [row for w in workers for step in w.actor.trained for row in step]
+
+
+def test_all_equal_groups_are_dropped_and_batches_refill(local):
+    trainer, workers = _trainer()
+    data = batches()
+    trainer._data = data
+    m = trainer.step(1, next(data))
+    # each batch of 8 prompts has 4 odd (kept) groups: 2 batches fill the 6 groups, the surplus 2 are dropped
+    assert m["dapo/rollout_batches"] == 2 and m["dapo/extra_rollout_batches"] == 1
+    assert m["dapo/kept_groups"] == 8 and m["dapo/dropped_groups"] == 8 and m["dapo/train_groups"] == 6
+    assert m["dapo/batch_full"] == 1.0 and trainer.data_position == 2
+    trained = _trained(workers)
+    assert len(trained) == 18
+    # only groups with an odd label were trained: prompt [10 + k, j] has label (k + j) % 4
+    assert all((p[0] - 10 + p[1]) % 2 == 1 for p, _ in trained)
+    # the first batch's 4 kept groups and the first 2 of the second, in order
+    assert sorted({p for p, _ in trained}) == sorted([(10, 1), (10, 3), (10, 5), (10, 7), (11, 0), (11, 2)])
+    assert trainer.state_dict(1)["data_position"] == 2
+
+
+def test_max_batches_trains_on_what_is_kept_and_says_so(local, capsys):
+    trainer, workers = _trainer("rl_config.filter_groups_max_batches=1")
+    data = batches()
+    trainer._data = data
+    m = trainer.step(1, next(data))
+    assert m["dapo/rollout_batches"] == 1 and m["dapo/train_groups"] == 4 and m["dapo/batch_full"] == 0.0
+    assert len(_trained(workers)) == 12
+    assert "training on 4 of 6 groups" in capsys.readouterr().out
+
+
+def test_too_few_kept_rows_is_an_error_naming_the_key(local):
+    trainer, _ = _trainer("rl_config.filter_groups_max_batches=1")
+    trainer._data = batches()
+    with pytest.raises(RuntimeError, match="filter_groups_max_batches=1"):
+        # every label even: nothing varies
+        trainer.step(1, {"prompts": [torch.tensor([1, j]) for j in range(8)],
+                         "labels": [torch.tensor([2]) for _ in range(8)]})
+
+
+def test_filtered_non_divisible_round_is_balanced_and_every_row_trained_once(local):
+    # 5 kept groups = 15 rows into 2 ranks x 1 share: sizes 8 and 7; no row twice, none missed
+    trainer, workers = _trainer("rl_config.filter_groups_max_batches=1", "rl_config.init_kl_coef=0.01")
+    data = batches()
+    trainer._data = data
+    batch = next(data)
+    batch["labels"][0] = torch.tensor([1])  # 5 odd groups in this batch
+    trainer.step(1, batch)
+    for name in (REF.name, TRAIN.name):
+        plan = trainer.dock.plan_stage(name)
+        sizes = [len(share) for rank in plan for share in rank]
+        assert len(plan) == 2 and all(len(rank) == 1 for rank in plan), name
+        assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 15, (name, sizes)
+        rows = sorted(r for rank in plan for share in rank for r in share)
+        assert rows == list(range(15)), name
+    trained = _trained(workers)
+    dock = trainer.dock
+    rows = [(tuple(dock.experience_data["prompts"][r].tolist()), int(dock.experience_lengths["response_length"][r]))
+            for r in range(15)]
+    assert sorted(trained) == sorted(rows)  # each of the 15 kept rows trained once
+    assert len({p for p, _ in trained}) == 5
+    # balanced by tokens: the two ranks' train loads differ by at most the longest row
+    lengths = trainer.dock.experience_lengths
+    cost = (lengths["prompt_length"] + lengths["response_length"])[:15]
+    loads = [sum(int(cost[r]) for share in rank for r in share) for rank in trainer.dock.plan_stage(TRAIN.name)]
+    assert abs(loads[0] - loads[1]) <= int(cost.max())
+
+
+def test_data_position_resumes_exactly_after_a_refilled_iteration(local):
+    straight, _ = _trainer()
+    data = batches()
+    straight._data = data
+    straight.step(1, next(data))
+    position = straight.state_dict(1)["data_position"]
+    after = straight.step(2, next(data))
+    # resume: the CLI positions the data iterator at the checkpoint's data position
+    resumed, workers = _trainer(data_position=position)
+    data2 = batches(start=position)
+    resumed._data = data2
+    again = resumed.step(2, next(data2))
+    keys = ("dapo/rollout_batches", "dapo/kept_groups", "dapo/train_groups", "reward/mean")
+    assert [after[k] for k in keys] == [again[k] for k in keys]
+    assert resumed.data_position == straight.data_position
+    got = sorted(_trained(workers))
+    want = sorted(r for w in straight.actor_worker.workers for step in w.actor.trained[-1:] for r in step)
+    assert got == want
+
+
+def test_filter_stage_carries_what_the_train_stages_read(local):
+    trainer, _ = _trainer("rl_config.init_kl_coef=0.01")
+    stage = trainer.run_plan.stage(FILTER.name)
+    assert set(stage.inputs) >= {"metric_for_dapo", "prompts", "responses", "advantages"}
+    assert "ref_log_prob" not in stage.inputs  # made by the train stages themselves
