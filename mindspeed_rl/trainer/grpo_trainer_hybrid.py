@@ -62,7 +62,7 @@ def first_nonfinite(metrics: Dict[str, float], skipped_before=None):
     """The first non-finite quantity of an iteration's metrics, in words (None when all are finite):
     rewards (``reward/nonfinite`` rows, counted by the rewards stage), loss, grad norm, or an optimizer
     step the engine skipped (``actor/skipped_steps`` grew since ``skipped_before``)."""
-    rows = 0
+    rows = metrics.get("reward/nonfinite", 0)
     if rows:
         first = metrics.get("reward/first_nonfinite_row")
         return (f"reward in {int(rows)} rows" + (f" (first row {int(first)}" if first is not None else "")
