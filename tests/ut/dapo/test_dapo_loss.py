@@ -28,22 +28,22 @@ def test_token_mean_and_sample_mean():
 
 
 def test_asymmetric_clip_at_both_ends():
-    # ratios 1.5 (A>0), 1.25 (A>0), 0.5 (A<0), 0.9 (A<0)
-    ratio = torch.tensor([[1.5, 1.25, 0.5, 0.9]])
-    old = torch.zeros(1, 4)
+    # ratios 1.5 (A>0), 1.25 (A>0), 1.4 (A>0), 0.5 (A<0), 0.9 (A<0)
+    ratio = torch.tensor([[1.5, 1.25, 1.4, 0.5, 0.9]])
+    old = torch.zeros(1, 5)
     lp = ratio.log()
-    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
-    mask = torch.ones(1, 4)
+    adv = torch.tensor([[1.0, 1.0, 1.0, -1.0, -1.0]])
+    mask = torch.ones(1, 5)
     loss, m = grpo_loss(lp, old, adv, mask, clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28)
-    # 1.5 -> 1.28: -1.28; 1.25 unclipped: -1.25; 0.5 -> 0.8: +0.8; 0.9 unclipped: +0.9
-    assert loss.item() == pytest.approx((-1.28 - 1.25 + 0.8 + 0.9) / 4, abs=1e-6)
-    assert m["actor/clip_frac_high"] == pytest.approx(0.25)
-    assert m["actor/clip_frac_low"] == pytest.approx(0.25)
-    assert m["actor/clip_frac"] == pytest.approx(0.5)
+    # 1.5 and 1.4 -> 1.28; 1.25 unclipped; 0.5 -> 0.8 (+0.8); 0.9 unclipped (+0.9)
+    assert loss.item() == pytest.approx((-1.28 - 1.25 - 1.28 + 0.8 + 0.9) / 5, abs=1e-6)
+    assert m["actor/clip_frac_high"] == pytest.approx(0.4)
+    assert m["actor/clip_frac_low"] == pytest.approx(0.2)
+    assert m["actor/clip_frac"] == pytest.approx(0.6)
     # symmetric 0.2 clips 1.25 too
     sym, m = grpo_loss(lp, old, adv, mask, clip_ratio=0.2)
-    assert sym.item() == pytest.approx((-1.2 - 1.2 + 0.8 + 0.9) / 4, abs=1e-6)
-    assert m["actor/clip_frac_high"] == pytest.approx(0.5)
+    assert sym.item() == pytest.approx((-1.2 - 1.2 - 1.2 + 0.8 + 0.9) / 5, abs=1e-6)
+    assert m["actor/clip_frac_high"] == pytest.approx(0.6)
 
 
 def test_overlong_penalty_ramp():

@@ -40,9 +40,10 @@ class Engine:
     """Stands in for CausalLMEngine: response lengths follow the seed; records trained prompts."""
 
     def __init__(self, *args, **kwargs):
-        self.trained = []
+        self.trained, self.seeds = [], []
 
     def generate(self, prompts, max_new_tokens, seed=0, **kwargs):
+        self.seeds.append(seed)
         return [torch.full((1 + (seed + i) % 7,), 5, dtype=torch.long) for i in range(len(prompts))]
 
     def log_probs(self, prompts, responses, micro_batches, with_entropy=False, temperature=1.0):
@@ -135,6 +136,9 @@ def test_all_equal_groups_are_dropped_and_batches_refill(local):
     # the first batch's 4 kept groups and the first 2 of the second, in order
     assert sorted({p for p, _ in trained}) == sorted([(10, 1), (10, 3), (10, 5), (10, 7), (11, 0), (11, 2)])
     assert trainer.state_dict(1)["data_position"] == 2
+    # the refill samples with seeds of its own (each share's seed follows the batch, not the iteration)
+    seeds = [s for w in workers for s in w.actor.seeds]
+    assert len(seeds) == 4 and len(set(seeds)) == 4
 
 
 def test_max_batches_trains_on_what_is_kept_and_says_so(local, capsys):
@@ -156,30 +160,36 @@ def test_too_few_kept_rows_is_an_error_naming_the_key(local):
                          "labels": [torch.tensor([2]) for _ in range(8)]})
 
 
-def test_filtered_non_divisible_round_is_balanced_and_every_row_trained_once(local):
-    # 5 kept groups = 15 rows into 2 ranks x 1 share: sizes 8 and 7; no row twice, none missed
+@pytest.mark.parametrize("kept", [5, 3])
+def test_filtered_non_divisible_round_is_balanced_and_every_row_trained_once(local, kept):
+    # 5 kept groups = 15 rows into 2 ranks x 1 share (8 and 7); 3 groups = 9 rows (5 and 4), though a
+    # full share is 9 rows; no row twice, none missed
     trainer, workers = _trainer("rl_config.filter_groups_max_batches=1", "rl_config.init_kl_coef=0.01")
     data = batches()
     trainer._data = data
     batch = next(data)
-    batch["labels"][0] = torch.tensor([1])  # 5 odd groups in this batch
+    if kept == 5:
+        batch["labels"][0] = torch.tensor([1])
+    else:
+        batch["labels"][1] = torch.tensor([0])
     trainer.step(1, batch)
+    n_rows = 3 * kept
     for name in (REF.name, TRAIN.name):
         plan = trainer.dock.plan_stage(name)
         sizes = [len(share) for rank in plan for share in rank]
         assert len(plan) == 2 and all(len(rank) == 1 for rank in plan), name
-        assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 15, (name, sizes)
+        assert max(sizes) - min(sizes) <= 1 and sum(sizes) == n_rows, (name, sizes)
         rows = sorted(r for rank in plan for share in rank for r in share)
-        assert rows == list(range(15)), name
+        assert rows == list(range(n_rows)), name
     trained = _trained(workers)
     dock = trainer.dock
     rows = [(tuple(dock.experience_data["prompts"][r].tolist()), int(dock.experience_lengths["response_length"][r]))
-            for r in range(15)]
-    assert sorted(trained) == sorted(rows)  # each of the 15 kept rows trained once
-    assert len({p for p, _ in trained}) == 5
+            for r in range(n_rows)]
+    assert sorted(trained) == sorted(rows)  # each kept row trained once
+    assert len({p for p, _ in trained}) == kept
     # balanced by tokens: the two ranks' train loads differ by at most the longest row
     lengths = trainer.dock.experience_lengths
-    cost = (lengths["prompt_length"] + lengths["response_length"])[:15]
+    cost = (lengths["prompt_length"] + lengths["response_length"])[:n_rows]
     loads = [sum(int(cost[r]) for share in rank for r in share) for rank in trainer.dock.plan_stage(TRAIN.name)]
     assert abs(loads[0] - loads[1]) <= int(cost.max())
 
