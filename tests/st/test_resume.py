@@ -10,7 +10,7 @@ from transformers import AutoConfig, AutoTokenizer
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from cli.train_grpo import run  # noqa: E402
 from mindspeed_rl.config_cls import ConfigError, build_configs, load_config  # noqa: E402
-from mindspeed_rl.utils.checkpoint import TRACKER  # noqa: E402
+from mindspeed_rl.utils.checkpoint import TRACKER, CheckpointError  # noqa: E402
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "grpo_tiny_cpu.yaml")
 KEYS = ("reward/mean", "actor/pg_loss", "actor/kl", "actor/grad_norm", "actor/lr", "response_length/mean",
@@ -78,12 +78,14 @@ def test_resume_without_optimizer_state_differs(tiny_model, tmp_path):
     assert len(again) == 1
 
 
-def test_missing_or_corrupt_checkpoint_is_a_clear_error(tiny_model, tmp_path):
+def test_missing_or_corrupt_checkpoint_is_a_clear_error(tiny_model, tmp_path, capsys):
     _, save, overrides = _straight(str(tmp_path), tiny_model, "megatron_training.train_iters=2")
     with open(os.path.join(save, TRACKER), "w") as f:
-        f.write("6\n")  # names an iteration that was never saved
-    with pytest.raises(ConfigError, match=r"iter_0000006.*incomplete"):
-        build_configs(load_config(CONFIG, [f"megatron_training.load={save}", "megatron_training.model_path=/x"]))
+        f.write("6\n")  # names an iteration that was never saved: the newest complete one is taken, and said
+    capsys.readouterr()
+    build_configs(load_config(CONFIG, [f"megatron_training.load={save}", "megatron_training.model_path=/x"]))
+    said = capsys.readouterr().out
+    assert "iter_0000006" in said and "resuming from iteration 2" in said
     with pytest.raises(ConfigError, match="does not exist"):
         build_configs(load_config(CONFIG, [f"megatron_training.load={tmp_path}/nothing",
                                            "megatron_training.model_path=/x"]))
@@ -92,5 +94,10 @@ def test_missing_or_corrupt_checkpoint_is_a_clear_error(tiny_model, tmp_path):
     shard = sorted(glob.glob(os.path.join(broken, "dcp", "*.distcp")))[0]
     with open(shard, "r+b") as f:
         f.truncate(os.path.getsize(shard) // 2)
-    with pytest.raises(RuntimeError, match=r"(?s)failed in .load_checkpoint.*could not be read"):
+    # found before Ray starts, naming the shard
+    with pytest.raises(CheckpointError, match=r"distcp is truncated"):
         run(CONFIG, overrides + [f"megatron_training.load={broken}"], str(tmp_path / "d"), tiny_model)
+    for meta in glob.glob(os.path.join(save, "iter_*", "dcp", ".metadata")):
+        os.remove(meta)
+    with pytest.raises(ConfigError, match=r"iter_0000006.*incomplete.*no older complete iteration"):
+        build_configs(load_config(CONFIG, [f"megatron_training.load={save}", "megatron_training.model_path=/x"]))

@@ -110,7 +110,8 @@ def test_masked_token_mean_and_metrics():
     assert m["actor/entropy"] == pytest.approx(float(ent[mask.bool()].mean()), rel=1e-5)
     assert m["actor/kl"] == 0.0
     assert 0.0 < m["actor/clip_frac"] < 1.0
-    assert set(m) == {"actor/pg_loss", "actor/kl", "actor/clip_frac", "actor/entropy"}
+    assert set(m) == {"actor/pg_loss", "actor/kl", "actor/clip_frac", "actor/clip_frac_low", "actor/clip_frac_high",
+                      "actor/entropy"}
     assert all(isinstance(v, float) for v in m.values())
 
 
