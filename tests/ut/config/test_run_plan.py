@@ -170,3 +170,14 @@ def test_typo_section_in_the_file_is_an_error(tmp_path):
 def test_upstream_only_sections_warn():
     with pytest.warns(UserWarning, match="profiler_config"):
         build_configs(load_config(ROOT / "tests/st/configs/test_grpo_trainer_qwen25_7b_integrated.yaml"))
+
+
+def test_readme_command_prints_the_table_without_runpy_warning():
+    """`python -m mindspeed_rl.config_cls.unimplemented` (the README's command) runs the module fresh."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "mindspeed_rl.config_cls.unimplemented"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "RuntimeWarning" not in out.stderr
+    assert out.stdout.strip() == unimplemented.markdown_table().strip()
