@@ -144,3 +144,19 @@ def test_dry_run_config_error_is_one_line_exit_2(capsys):
     assert main(["--config", TINY, "--dry-run", "rl_config.use_dp_batch_balanse=true"]) == 2
     err = capsys.readouterr().err
     assert err == "error: rl_config: unknown key 'use_dp_batch_balanse'; did you mean 'use_dp_batch_balance'?\n"
+
+
+def test_save_folder_under_a_regular_file_stops_before_ray(capsys, tmp_path, tiny_dir, monkeypatch):
+    from mindspeed_rl.utils import ray_utils
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started")
+    monkeypatch.setattr(ray_utils, "init_ray", no_ray)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    capsys.readouterr()
+    assert main(["--config", TINY, f"megatron_training.model_path={tiny_dir}", "--output-dir",
+                 str(tmp_path / "out"), f"megatron_training.save={blocker / 'ckpt'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "a_file" in err
+    assert not ray.is_initialized()
