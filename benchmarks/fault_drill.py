@@ -2,7 +2,8 @@
 fault per row (signals to the run's own workers, dock and driver, NaN rewards, a truncated shard,
 bad save path, malformed JSONL). Per row it prints the exit code, the error line, the seconds from
 injection to that line, whether the checkpoint left is loadable and whether a resume from it gives
-metrics identical to an uninterrupted run. Exits 1 if a row hangs or loses data.
+metrics identical to an uninterrupted run. Exits 1 if a row hangs, loses data or ends without
+its expected exit code and one error line.
 
     python benchmarks/fault_drill.py [--iters 6] [--wait 180] [--rows sigstop_worker,nan_rewards]
 
@@ -393,8 +394,10 @@ def main():
         else:
             lost = False
         row["hang"], row["lost"] = hang, lost
-        row["as_expected"] = rc == expect_rc and bool(line or name == "sigkill_driver_save")
-        bad = bad or hang or lost
+        # a clear message: the expected exit code, one error line (none can come from a SIGKILLed driver)
+        row["as_expected"] = (rc == expect_rc and bool(line or name == "sigkill_driver_save")
+                              and not row["traceback"])
+        bad = bad or hang or lost or not row["as_expected"]
         table.append(row)
         print(json.dumps(row), flush=True)
 
@@ -408,7 +411,7 @@ def main():
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump(table, f, indent=1)
-    print("FAIL: a row hung or lost data" if bad else "OK: no hang, nothing lost")
+    print("FAIL: a row hung, lost data or ended unclearly" if bad else "OK: no hang, nothing lost, clear messages")
     return 1 if bad else 0
 
 
