@@ -13,6 +13,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import uuid
 from typing import Callable, Tuple
 
@@ -155,6 +156,38 @@ def read_state(folder: str) -> dict:
         raise CheckpointError(f"checkpoint state {path!r} could not be read: {err}") from err
 
 
+def _owner() -> str:
+    """``<host>-<pid>`` of this process, in the names of its temporary save folders."""
+    return f"{socket.gethostname().replace('-', '_')}-{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_partial_saves(root: str) -> list:
+    """Remove ``.tmp-*`` / ``.old-*`` folders left in ``root`` by a save whose
+    process (on this host) is gone, e.g. a driver killed mid-save; a live
+    process's folders, and other hosts', are left alone. Returns what was removed."""
+    host = socket.gethostname().replace("-", "_")
+    removed = []
+    for name in sorted(os.listdir(root)):
+        parts = name.split("-")
+        if not (name.startswith((".tmp-iter_", ".old-iter_")) and len(parts) == 5 and parts[3].isdigit()):
+            continue
+        if parts[2] == host and not _alive(int(parts[3])):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            removed.append(name)
+            print(f"removed a partial save left by a stopped run: {os.path.join(root, name)}", flush=True)
+    return removed
+
+
 class Checkpointer:
     """Saves every stateful part of a run in one folder per iteration: the
     workers' sharded state and RNG streams (``save_workers(folder)``) and the
@@ -170,8 +203,9 @@ class Checkpointer:
         into place (an existing folder of that iteration is replaced only
         then), then the tracker."""
         os.makedirs(self.root, exist_ok=True)
+        remove_stale_partial_saves(self.root)
         final = iteration_dir(self.root, iteration)
-        tmp = os.path.join(self.root, f".tmp-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
+        tmp = os.path.join(self.root, f".tmp-{os.path.basename(final)}-{_owner()}-{uuid.uuid4().hex[:8]}")
         os.makedirs(tmp)
         try:
             self.save_workers(tmp)
@@ -182,7 +216,7 @@ class Checkpointer:
             raise
         old = None
         if os.path.exists(final):  # an older run's save of this iteration: moved aside, removed after
-            old = os.path.join(self.root, f".old-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
+            old = os.path.join(self.root, f".old-{os.path.basename(final)}-{_owner()}-{uuid.uuid4().hex[:8]}")
             os.replace(final, old)
         os.replace(tmp, final)
         _fsync_dir(self.root)

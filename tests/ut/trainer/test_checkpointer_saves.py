@@ -68,3 +68,22 @@ def test_unreadable_tracker_and_state_name_the_file(tmp_path):
     open(state, "w").close()
     with pytest.raises(ckpt.CheckpointError, match="trainer_state.json"):
         ckpt.read_state(ckpt.iteration_dir(str(tmp_path), 1))
+
+
+def test_partial_saves_of_a_stopped_run_are_removed_live_ones_kept(tmp_path, capsys):
+    """A driver killed mid-save leaves .tmp-iter_*; the next save removes it when its process is gone."""
+    import socket
+    import subprocess
+    import sys
+    host = socket.gethostname().replace("-", "_")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f".tmp-iter_0000002-{host}-{dead_pid}-abcd1234"
+    live = tmp_path / f".tmp-iter_0000002-{host}-{os.getpid()}-abcd1234"
+    other_host = tmp_path / f".tmp-iter_0000002-elsewhere-{dead_pid}-abcd1234"
+    for folder in (stale, live, other_host):
+        (folder / ckpt.DCP_DIR).mkdir(parents=True)
+    ckpt.Checkpointer(str(tmp_path), _workers(b"a")).save(3, {})
+    left = sorted(os.listdir(tmp_path))
+    assert stale.name not in left and live.name in left and other_host.name in left
+    assert stale.name in capsys.readouterr().out
