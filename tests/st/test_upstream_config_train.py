@@ -9,13 +9,12 @@ import numpy as np
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, ROOT)
 from cli.train_grpo import run  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from upstream_shrink import UPSTREAM_CONFIGS, tiny_shape  # noqa: E402
 
-CONFIG = os.path.join(ROOT, "tests/data/upstream_configs/05a90d7/configs/grpo_qwen3_8b_A3.yaml")
-MODEL = "model.qwen3_8b"
+CONFIG = os.path.join(UPSTREAM_CONFIGS, "05a90d7", "configs", "grpo_qwen3_8b_A3.yaml")
 # tiny shapes; every other key (qk_layernorm, untied embeddings, rotary_base, init_method_std, ...) is the file's
-TINY = [f"{MODEL}.num_layers=2", f"{MODEL}.hidden_size=64", f"{MODEL}.ffn_hidden_size=128",
-        f"{MODEL}.num_attention_heads=4", f"{MODEL}.num_query_groups=2", f"{MODEL}.kv_channels=16",
-        f"{MODEL}.padded_vocab_size=32", f"{MODEL}.max_position_embeddings=64"]
+TINY = tiny_shape("qwen3_8b")
 
 
 def test_qwen3_8b_config_shrunk_by_overrides_trains_two_iterations(tmp_path, monkeypatch, capsys):

@@ -6,7 +6,6 @@ import signal
 import pytest
 import torch.distributed as dist
 
-from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.scheduler import launcher
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
@@ -20,14 +19,6 @@ def _configs(world=2, timeout=60.0):
     plan = RunPlan(Layout(world, world, 1), prompts_per_round=1, n_samples=1, mini_batch_rows=1,
                    epochs=1, train_iters=1, timeouts=Timeouts(timeout, timeout + 60, timeout))
     return actor, rl, plan
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    started = init_ray(num_cpus=2)
-    yield
-    if started:
-        shutdown_ray()
 
 
 def test_stopped_worker_is_named_after_the_stage_deadline(local_ray):

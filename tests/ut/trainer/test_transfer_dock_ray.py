@@ -7,17 +7,8 @@ import ray
 import torch
 
 from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
-from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
 
 COLS = ["responses", "prompt_length", "response_length"]
-
-
-@pytest.fixture(scope="module")
-def local_ray(tmp_path_factory):
-    started = init_ray(num_cpus=2)
-    yield
-    if started:
-        shutdown_ray()
 
 
 def _remote_dock(prompts, n, seed=0):

@@ -8,17 +8,8 @@ from mindspeed_rl.config_cls.megatron_config import MegatronConfig
 from mindspeed_rl.config_cls.rl_config import RLConfig
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, Timeouts
 from mindspeed_rl.utils.dist_sync import all_reduce_scalar
-from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    started = init_ray(num_cpus=2)
-    yield
-    if started:
-        shutdown_ray()
 
 
 def _configs(world=2, tp=1, timeout=30.0):
