@@ -65,6 +65,10 @@ def score_rows(reward_list: Sequence, responses, labels) -> Tuple[torch.Tensor, 
     return total, metrics
 
 
+def reward_stats(scores: torch.Tensor) -> Dict[str, float]:
+    return {"reward/mean": float(scores.mean()), "reward/max": float(scores.max()), "reward/min": float(scores.min())}
+
+
 def data_metrics(batch) -> Dict[str, float]:
     resp = np.array([int(x) for x in batch["response_length"]], dtype=np.float64)
     prompt = np.array([int(x) for x in batch["prompt_length"]], dtype=np.float64)
@@ -101,8 +105,7 @@ def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estima
                          f"(filter_metric={filter_metric!r})")
     out = dict(zip(stage.outputs, values))
     ray.get(td.put_experience.remote(ColumnBatch({k: list(v.reshape(-1, 1)) for k, v in out.items()}), rows))
-    metrics.update({"reward/mean": float(scores.mean()), "reward/max": float(scores.max()),
-                    "reward/min": float(scores.min())})
+    metrics.update(reward_stats(scores))
     metrics.update(data_metrics(batch))
     return metrics
 
@@ -113,8 +116,7 @@ def compute_rule_reward(td, reward_fn, total_rows: int) -> Dict[str, float]:
     batch = ray.get(td.get_rows.remote(["responses", "labels"], rows))
     scores, metrics = score_rows([reward_fn], batch["responses"], batch["labels"])
     ray.get(td.put_experience.remote(ColumnBatch({"rm_scores": list(scores.reshape(-1, 1))}), rows))
-    metrics.update({"reward/mean": float(scores.mean()), "reward/max": float(scores.max()),
-                    "reward/min": float(scores.min())})
+    metrics.update(reward_stats(scores))
     return metrics
 
 

@@ -13,7 +13,7 @@ in ``transfer_dock_compat``.
 """
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import ray
 import torch
@@ -81,6 +81,10 @@ class TransferDock:
         self._put_packed(experience_columns, packed, indexes)
 
     def _put_packed(self, experience_columns: List[str], packed: List[Packed], indexes):
+        self._write(experience_columns, packed, *self._checked_put(experience_columns, packed, indexes))
+
+    def _checked_put(self, experience_columns: List[str], packed: List[Packed], indexes):
+        """Every check of a put, nothing written: (rows, scalar values of the length columns)."""
         self._check_columns(experience_columns, "put experience")
         rows = self._check_indexes(indexes, "put experience")
         lengths = {}
@@ -91,6 +95,9 @@ class TransferDock:
             self.experience_data[column].check(column, part)
             if column in LENGTH_COLUMNS:
                 lengths[column] = self._scalar_column(column, part)
+        return rows, lengths
+
+    def _write(self, experience_columns: List[str], packed: List[Packed], rows: Tensor, lengths: Dict[str, Tensor]):
         with self._data_lock:
             for column, part in zip(experience_columns, packed):
                 self.experience_data[column].put(rows, part)
@@ -229,12 +236,17 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
         came through Ray is written straight from its per-column buffers."""
         if indexes is None or len(indexes) == 0:
             raise ValueError("put experience: indexes must be provided")
+        self._put_packed(*self._as_packed(data_dict), indexes)
+
+    @staticmethod
+    def _as_packed(data_dict) -> Tuple[List[str], List[Packed]]:
+        """(columns, one packed buffer per column); a ColumnBatch that came through Ray
+        is taken straight from its per-column buffers."""
         packed = getattr(data_dict, "_packed", None)
         if packed is not None:
-            self._put_packed(list(packed), [narrow(p) for p in packed.values()], indexes)
-            return
+            return list(packed), [narrow(p) for p in packed.values()]
         columns, experience = trans_input_to_experience(data_dict)
-        self._put(columns, experience, indexes)
+        return columns, [pack(c, list(v)) for c, v in zip(columns, experience)]
 
     def put_prompts_experience(self, batch: Dict[str, Union[Tensor, List[Tensor]]],
                                dataset_additional_keys: Optional[List[str]] = None):
@@ -338,26 +350,19 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
         plan = self.plan_stage(name)
         if len(outputs) != len(plan):
             raise ValueError(f"put_stage('{name}'): {len(outputs)} outputs for {len(plan)} DP ranks")
+        expected = sorted(self.run_plan.stages[name].outputs)
         parts = []
         for rank, (shares, out) in enumerate(zip(plan, outputs)):
-            rows = [r for share in shares for r in share]
-            packed = getattr(out, "_packed", None)
-            if packed is not None:
-                columns, values = list(packed), [narrow(p) for p in packed.values()]
-            else:
-                columns, lists = trans_input_to_experience(out)
-                values = [pack(c, v) for c, v in zip(columns, lists)]
-            expected = list(self.run_plan.stages[name].outputs)
-            if sorted(columns) != sorted(expected):
+            columns, values = self._as_packed(out)
+            if sorted(columns) != expected:
                 raise ValueError(f"put_stage('{name}'): rank {rank} gave columns {columns}, the stage writes {expected}")
-            for column, part in zip(columns, values):
-                if part[1].numel() != len(rows):
-                    raise ValueError(f"put_stage('{name}'): rank {rank} gave {part[1].numel()} rows of '{column}' "
-                                     f"for its {len(rows)} rows")
-                self.experience_data[column].check(column, part)
-            parts.append((columns, values, rows))
-        for columns, values, rows in parts:
-            self._put_packed(columns, values, rows)
+            try:
+                checked = self._checked_put(columns, values, [r for share in shares for r in share])
+            except ValueError as err:
+                raise ValueError(f"put_stage('{name}'): rank {rank}: {err}") from err
+            parts.append((columns, values, *checked))
+        for part in parts:  # every rank checked before anything is written
+            self._write(*part)
 
     def get_rows(self, experience_columns: List[str], indexes: List[int]) -> ColumnBatch:
         """``indexes``' rows of ``experience_columns`` in the order given (one
