@@ -14,6 +14,11 @@ from mindspeed_rl.trainer.utils.columnar import ColumnBatch
 from mindspeed_rl.workers.parallel_state import ParallelState
 
 
+def _for_dock(output: Dict[str, List[torch.Tensor]]) -> ColumnBatch:
+    """Stage results as the dock takes them: CPU tensors, one buffer per column through Ray."""
+    return ColumnBatch({k: [t.detach().cpu() for t in v] for k, v in output.items()})
+
+
 class BaseWorker:
     """One rank of a worker group (a Ray actor). For each stage the driver
     sends every rank its DP rank's row ids and rows (TP peers get the same
@@ -76,8 +81,7 @@ class BaseWorker:
     def write_rows(self, output: Dict[str, List[torch.Tensor]], rows: List[int]):
         """Write results to the dock in one call (the TP source only; its peers hold the same values)."""
         if self.is_tp_src and rows:
-            output = ColumnBatch({k: [t.detach().cpu() for t in v] for k, v in output.items()})
-            ray.get(self.td.put_experience.remote(data_dict=output, indexes=list(rows)))
+            ray.get(self.td.put_experience.remote(data_dict=_for_dock(output), indexes=list(rows)))
 
     def collect_transfer_dock_data(self, output: Dict[str, List[torch.Tensor]], index: List[int],
                                    use_vllm: bool = False):
@@ -107,4 +111,4 @@ class BaseWorker:
         metrics, output = getattr(self, stage.method)(batches, shares, **context)
         if output is None or not self.is_tp_src:
             return metrics, None
-        return metrics, ColumnBatch({k: [t.detach().cpu() for t in v] for k, v in output.items()})
+        return metrics, _for_dock(output)
