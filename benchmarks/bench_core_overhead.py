@@ -3,7 +3,7 @@
 The real trainer, dock, launcher and workers run on a local Ray with DP=2;
 only the model engine is replaced by a stand-in that does (almost) no
 arithmetic, so the CPU seconds every process of the run spends per iteration
-(driver, dock actor, worker actors; user + system, all threads) are the cost
+(driver with its dock, worker actors; user + system, all threads) are the cost
 of moving data and commands between the stages. Each block runs ``--iters``
 iterations after a warm-up; the table gives the median and min-max over
 ``--repeats`` blocks and the script exits 1 when the median misses the target.
@@ -94,7 +94,7 @@ def measure(iters: int, repeats: int, warmup: int = 3):
             logger = MetricsLogger(out)
             trainer = RayGRPOTrainer(actor_worker=group, reward_list=[_reward], run_plan=plan, logger=logger,
                                      init_kl_coef=rl.init_kl_coef, dataset_additional_keys=["labels"])
-            pids = [os.getpid(), ray.get(trainer.transfer_dock.__ray_call__.remote(lambda self: os.getpid()))]
+            pids = [os.getpid()]  # the driver, which holds the dock
             pids += ray.get([a.__ray_call__.remote(lambda self: os.getpid()) for a in group.actors])
             done = warmup
             trainer.train_iters = done
@@ -104,7 +104,7 @@ def measure(iters: int, repeats: int, warmup: int = 3):
                 cpu0, t0 = _cpu(pids), time.perf_counter()
                 trainer.train_iters = done + iters
                 _quiet(trainer.fit, data, start_iteration=done)
-                per_iter.append((_cpu(pids) - cpu0) / iters)  # driver, dock, worker ranks
+                per_iter.append((_cpu(pids) - cpu0) / iters)  # driver (with its dock), worker ranks
                 wall.append((time.perf_counter() - t0) / iters)
                 done += iters
             logger.close()
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
           f"stand-in engine)")
     print(f"{'what':<34} {'median':>8} {'min':>8} {'max':>8}")
     print(f"{'CPU-s / iteration (all processes)':<34} {np.median(cpu):>8.4f} {cpu.min():>8.4f} {cpu.max():>8.4f}")
-    for name, col in (("  driver", parts[:, 0]), ("  dock", parts[:, 1]), ("  workers (all ranks)", parts[:, 2:].sum(1))):
+    for name, col in (("  driver (holds the dock)", parts[:, 0]), ("  workers (all ranks)", parts[:, 1:].sum(1))):
         print(f"{name:<34} {np.median(col):>8.4f} {col.min():>8.4f} {col.max():>8.4f}")
     print(f"{'wall s / iteration':<34} {np.median(wall):>8.4f} {wall.min():>8.4f} {wall.max():>8.4f}")
     print(f"target: median CPU-s / iteration <= {args.target:g}: {'PASS' if ok else 'FAIL'}")

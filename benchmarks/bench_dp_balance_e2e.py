@@ -192,18 +192,17 @@ def _recording_worker():
 
 def _put_batch(td, batch):
     """Prompts, then responses / lengths / scores / advantages for every row (rollout skipped)."""
-    import ray
     import torch
 
-    ray.get(td.clear.remote())
-    ray.get(td.put_prompts_experience.remote({"prompts": batch["prompts"], "labels": batch["labels"]}, ["labels"]))
+    td.clear()
+    td.put_prompts_experience({"prompts": batch["prompts"], "labels": batch["labels"]}, ["labels"])
     rows = len(batch["responses"])
-    ray.get(td.put_experience.remote({
+    td.put_experience({
         "responses": batch["responses"],
         "response_length": [torch.tensor([r.numel()]) for r in batch["responses"]],
         "rm_scores": batch["rm_scores"],
         "advantages": batch["advantages"],
-    }, list(range(rows))))
+    }, list(range(rows)))
 
 
 def _make_batch(seed):
@@ -224,11 +223,8 @@ def _make_batch(seed):
 
 def _run_round(group, docks, batch, balance):
     """One GRPO round without rollout; per stage the per-rank seconds, tokens and micro-batches.
-    ``docks`` maps balance on/off to a dock built with that run plan."""
-    import ray
-
+    ``docks`` maps balance on/off to a driver dock built with that run plan."""
     td = docks[balance]
-    group.sync_init_transfer_dock(td)
     _put_batch(td, batch)
     out = {"balance": balance, "stages": {}}
     names = {"ref_log_prob": "ref_log_prob", "actor_log_prob": "actor_log_prob", "update": "actor_train"}
@@ -236,15 +232,15 @@ def _run_round(group, docks, batch, balance):
         key = names[stage]
         results, outputs = group.run_stage(key, td, kl_coef=KL_COEF)
         if key != "actor_train":  # the log-prob stages' outputs feed the update
-            ray.get(td.put_stage.remote(key, *outputs))
+            td.put_stage(key, *outputs)
         mbs = group.execute_sync_command("pop_micro_batches")
         out["stages"][stage] = {
             "seconds": [float(r[f"timing/{key}"]) for r in results],
             "tokens": [float(r[f"tokens/{key}"]) for r in results],
             "micro_batches": mbs,
         }
-    metrics = ray.get(td.get_metrics.remote()).compute()
-    ray.get(td.get_balance_history.remote())  # drain
+    metrics = td.get_metrics().compute()
+    td.get_balance_history()  # drain
     out["dock_imbalance"] = {s: metrics[f"dp_balance/{s}/imbalance"] for s in ("ref_log_prob", "actor_log_prob",
                                                                                "actor_train")
                              if f"dp_balance/{s}/imbalance" in metrics}
@@ -259,7 +255,7 @@ def run_real(model_dir, pairs, seed):
     import ray
     from mindspeed_rl.config_cls.loader import build_configs, load_config
     from mindspeed_rl.models.tiny_model import EOS_ID, PAD_ID
-    from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+    from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
     from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
 
@@ -286,7 +282,7 @@ def run_real(model_dir, pairs, seed):
         t0 = time.perf_counter()
         group = RayActorGroup(_recording_worker(), actor, rl, gen, cfgs.plan)
         group.initialize(actor.model_path, EOS_ID, PAD_ID)
-        td = {b: GRPOTransferDock.remote(PROMPTS, N_REAL, addition_columns=["labels"], run_plan=plan)
+        td = {b: DriverDock(PROMPTS, N_REAL, addition_columns=["labels"], run_plan=plan)
               for b, plan in ((True, cfgs.plan), (False, plan_off))}
         setup_s = time.perf_counter() - t0
         warm = _make_batch(seed + 999)

@@ -182,8 +182,7 @@ def metrics(run_dir):
 
 def checkpoint_state(run_dir):
     """(tracker iteration or None, damage or None, stray temporary folders)."""
-    from cli.train_grpo import checkpoint_damage
-    from mindspeed_rl.utils.checkpoint import iteration_dir
+    from mindspeed_rl.utils.checkpoint import damage, iteration_dir
     root = os.path.join(run_dir, "ckpt")
     tracker = os.path.join(root, "latest_checkpointed_iteration.txt")
     if not os.path.exists(tracker):
@@ -191,7 +190,7 @@ def checkpoint_state(run_dir):
     with open(tracker) as f:
         it = int(f.read().strip())
     stray = sum(1 for n in os.listdir(root) if n.startswith(".tmp-") or n.startswith(".old-"))
-    return it, checkpoint_damage(iteration_dir(root, it)), stray
+    return it, damage(iteration_dir(root, it)), stray
 
 
 def same_as_baseline(run_dir, base, iters):

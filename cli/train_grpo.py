@@ -45,68 +45,12 @@ def _check_model_folder(path: str, tiny_model_dir: str = None, tokenizer_path: s
 
 
 def _checkpoint(actor):
-    """(iteration folder, iteration) when ``load`` names a checkpoint of ours, else None. Checked
-    before Ray starts: the trainer state and every DCP shard file (truncated files are named); a
-    damaged newest iteration of a save root falls back to the previous intact one (and says so)."""
-    from mindspeed_rl.utils.checkpoint import CheckpointError, is_checkpoint, iteration_dir, resolve
+    """(iteration folder, iteration) when ``load`` names a checkpoint of ours, else None; checked
+    before Ray starts (``checkpoint.find``: every shard file, the trainer state, the fallback)."""
+    from mindspeed_rl.utils.checkpoint import find, is_checkpoint
     if not (actor.load and is_checkpoint(actor.load)):
         return None
-    folder, iteration = resolve(actor.load)
-    damage = checkpoint_damage(folder, actor.finetune)
-    if damage is None:
-        return folder, iteration
-    if os.path.normpath(folder) == os.path.normpath(actor.load):  # one iteration folder named: no fallback
-        raise CheckpointError(f"checkpoint {folder!r} cannot be loaded: {damage}")
-    for older in sorted((i for i in _iteration_numbers(actor.load) if i < iteration), reverse=True):
-        candidate = iteration_dir(actor.load, older)
-        if checkpoint_damage(candidate, actor.finetune) is None:
-            print(f"warning: checkpoint {folder!r} cannot be loaded ({damage}); resuming from the previous "
-                  f"intact iteration {older}", flush=True)
-            return candidate, older
-    raise CheckpointError(f"checkpoint {folder!r} cannot be loaded: {damage}; no older intact iteration in "
-                          f"{actor.load!r}")
-
-
-def _iteration_numbers(root: str) -> List[int]:
-    return sorted(int(n[5:]) for n in os.listdir(root) if n.startswith("iter_") and n[5:].isdigit())
-
-
-def checkpoint_damage(folder: str, weights_only: bool = False):
-    """What makes a checkpoint folder unloadable, naming the file (None when intact): a missing or
-    unreadable trainer state (not needed with ``weights_only``), DCP metadata, or a shard file that
-    is missing or shorter than the metadata says."""
-    import json
-
-    from mindspeed_rl.utils.checkpoint import DCP_DIR, STATE, incomplete
-    problem = incomplete(folder)
-    if problem:
-        return problem
-    if not weights_only:
-        path = os.path.join(folder, STATE)
-        try:
-            with open(path, "rb") as f:
-                state = json.loads(f.read().decode("utf-8"))
-        except (OSError, ValueError) as err:
-            return f"{path} is not readable JSON ({type(err).__name__}: {' '.join(str(err).split())[:120]})"
-        if not isinstance(state, dict) or "kl_coef" not in state:
-            return f"{path} holds no trainer state (no 'kl_coef')"
-    dcp_dir = os.path.join(folder, DCP_DIR)
-    try:
-        from torch.distributed.checkpoint import FileSystemReader
-        metadata = FileSystemReader(dcp_dir).read_metadata()
-    except Exception as err:  # noqa: BLE001  (pickle errors of a damaged file)
-        return f"{os.path.join(dcp_dir, '.metadata')} is not readable ({type(err).__name__})"
-    need: Dict[str, int] = {}
-    for info in (metadata.storage_data or {}).values():
-        need[info.relative_path] = max(need.get(info.relative_path, 0), info.offset + info.length)
-    for name, size in sorted(need.items()):
-        path = os.path.join(dcp_dir, name)
-        if not os.path.isfile(path):
-            return f"shard {path} is missing"
-        have = os.path.getsize(path)
-        if have < size:
-            return f"shard {path} is truncated ({have} of {size} bytes)"
-    return None
+    return find(actor.load, weights_only=actor.finetune)
 
 
 def _check_save_folder(save: str) -> None:
@@ -153,26 +97,17 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     check_against_checkpoint(actor, actor.model_path)
     tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path,
                                               trust_remote_code=gen.trust_remote_code)
+    from mindspeed_rl.utils.checkpoint import resume_state
     checkpoint = _checkpoint(actor)
-    start = checkpoint[1] if checkpoint and not actor.finetune else 0
+    state = resume_state(checkpoint, weights_only=actor.finetune)
     _check_save_folder(actor.save)
     from mindspeed_rl.utils.loggers import check_run_folder
-    check_run_folder(output_dir, start)  # a fresh run never appends to another run's metrics
-    position = _data_position(checkpoint, start)
-    data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer, start=position,
-                          **data_options(actor, rl))
+    check_run_folder(output_dir, state["iteration"])  # a fresh run never appends to another run's metrics
+    data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer,
+                          start=state["data_position"], **data_options(actor, rl))
     data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
     print(f"run plan: {cfgs.plan.summary()}")
-    return _train(cfgs, tokenizer, data, checkpoint, start, output_dir, position)
-
-
-def _data_position(checkpoint, start: int) -> int:
-    """Prompt batches a resumed run has taken: the checkpoint's ``data_position``
-    (DAPO's dynamic sampling takes more than one per iteration), else ``start``."""
-    if checkpoint is None or not start:
-        return start
-    from mindspeed_rl.utils.checkpoint import read_state
-    return int(read_state(checkpoint[0]).get("data_position", start))
+    return _train(cfgs, tokenizer, data, checkpoint, output_dir)
 
 
 def trainer_class(stage):
@@ -185,8 +120,9 @@ def trainer_class(stage):
     return trainers[stage]
 
 
-def _train(cfgs, tokenizer, data, checkpoint, start, output_dir, position=None):
+def _train(cfgs, tokenizer, data, checkpoint, output_dir):
     from mindspeed_rl.models.rule_reward import RuleReward
+    from mindspeed_rl.utils.checkpoint import Checkpointer, resume_state
     from mindspeed_rl.utils.loggers import MetricsLogger
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
     from mindspeed_rl.workers.integrated_worker import IntegratedWorker
@@ -200,6 +136,7 @@ def _train(cfgs, tokenizer, data, checkpoint, start, output_dir, position=None):
     install_signal_handlers()  # again: ray.init puts its own SIGTERM handler in place
     group = trainer = None
     ok = False
+    start = resume_state(checkpoint, weights_only=actor.finetune)["iteration"]
     logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard, resume_from=start,
                            checkpoint=checkpoint[0] if checkpoint else None)
     reward = RuleReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
@@ -207,7 +144,11 @@ def _train(cfgs, tokenizer, data, checkpoint, start, output_dir, position=None):
     try:
         group = RayActorGroup(IntegratedWorker, actor, rl, gen, plan)
         group.initialize(actor.model_path, eos_id, pad_id)
-        kl_coef = _load_checkpoint(group, actor, checkpoint, start)
+        state = resume_state(None)
+        if checkpoint is not None:
+            state = Checkpointer(actor.load, load_workers=group.load_checkpoint).restore(
+                checkpoint, weights_only=actor.finetune, with_optimizer=not actor.no_load_optim,
+                with_rng=not actor.no_load_rng)
         extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]
         trainer = trainer_class(actor.stage)(
             actor_worker=group, reward_list=[reward],
@@ -216,8 +157,8 @@ def _train(cfgs, tokenizer, data, checkpoint, start, output_dir, position=None):
             kl_horizon=rl.kl_horizon, kl_target=rl.kl_target, init_kl_coef=rl.init_kl_coef,
             dataset_additional_keys=extra_keys, max_prompt_length=rl.max_prompt_length,
             save_optimizer=not actor.no_save_optim, save_rng=not actor.no_save_rng,
-            data_position=start if position is None else position)
-        history = trainer.fit(data, start_iteration=start, kl_coef=kl_coef)
+            data_position=state["data_position"])
+        history = trainer.fit(data, start_iteration=state["iteration"], kl_coef=state.get("kl_coef"))
         if actor.save:
             export = os.path.join(actor.save, "hf")
             group.export_hf(export)
@@ -237,23 +178,6 @@ def _train(cfgs, tokenizer, data, checkpoint, start, output_dir, position=None):
         finally:
             if started:
                 shutdown_ray()
-
-
-def _load_checkpoint(group, actor, checkpoint, start: int):
-    """Resume from ``checkpoint`` (its KL coefficient is returned) or, with
-    finetune, take its weights only (None)."""
-    from mindspeed_rl.utils.checkpoint import read_state
-    if checkpoint is None:
-        return None
-    folder, _ = checkpoint
-    if actor.finetune:  # weights only, from iteration 0 (as Megatron's --finetune)
-        group.load_checkpoint(folder, 0, False, False)
-        print(f"loaded weights of {folder} (finetune: iteration 0)")
-        return None
-    kl_coef = read_state(folder)["kl_coef"]
-    group.load_checkpoint(folder, start, not actor.no_load_optim, not actor.no_load_rng)
-    print(f"resumed from {folder} at iteration {start}")
-    return kl_coef
 
 
 DRY_RUN_MODEL_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",

@@ -16,13 +16,11 @@ import time
 from collections import defaultdict
 from typing import Dict, List
 
-import ray
 import torch
 
 from mindspeed_rl.config_cls.stages import FILTER_METRIC
-from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer, _columns
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch
-from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
+from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
 
 # per-rank keys that add up over the rollout batches of one iteration
 _ADDITIVE = ("timing/", "tokens/", "load/")
@@ -64,10 +62,8 @@ class RayDAPOTrainer(RayGRPOTrainer):
         plan = self.run_plan
         extra = [FILTER_METRIC] if plan.group_filter else []
         # one dock for the rollout batches and the train batch: the larger of the two
-        self.transfer_dock = GRPOTransferDock.remote(plan.dock_prompts, plan.n_samples,
-                                                     addition_columns=self.dataset_additional_keys + extra,
-                                                     run_plan=plan)
-        self.actor_worker.sync_init_transfer_dock(self.transfer_dock)
+        self.transfer_dock = DriverDock(plan.dock_prompts, plan.n_samples,
+                                        addition_columns=self.dataset_additional_keys + extra, run_plan=plan)
 
     def fit(self, data_iters, start_iteration: int = 0, kl_coef: float = None):
         self._data = data_iters  # dynamic sampling takes more batches from it inside an iteration
@@ -87,8 +83,8 @@ class RayDAPOTrainer(RayGRPOTrainer):
             self._took_batch(iteration)
             batches += 1
             # rounds numbered from the data position, so a resumed run draws the same random splits
-            ray.get(td.set_round.remote(2 * self.data_position - 2))
-            ray.get(td.start_round.remote(_columns(self._checked(batch)), self.dataset_additional_keys))
+            td.set_round(2 * self.data_position - 2)
+            td.start_round(self._checked(batch), self.dataset_additional_keys)
             # the rollout seed follows the batch, not the iteration: refills sample afresh
             metrics, results = self._run_stages(plan.phase_stages("rollout"), iteration=self.data_position)
             rollout_metrics.append(metrics)
@@ -110,9 +106,9 @@ class RayDAPOTrainer(RayGRPOTrainer):
             print(f"iter {iteration}: dynamic sampling stopped at filter_groups_max_batches={spec.max_batches}: "
                   f"training on {groups} of {spec.train_prompts} groups", flush=True)
         # the kept rows become this iteration's train round
-        ray.get(td.set_round.remote(2 * self.data_position - 1))
-        ray.get(td.clear.remote())
-        ray.get(td.put_experience.remote(ColumnBatch({c: v for c, v in self._kept.items()}), list(range(rows))))
+        td.set_round(2 * self.data_position - 1)
+        td.clear()
+        td.put_experience(dict(self._kept), list(range(rows)))
         metrics, results = self._run_stages(plan.phase_stages("train"), iteration=iteration)
         metrics.update(merge_rollout_metrics(rollout_metrics))
         metrics.update({"dapo/rollout_batches": float(batches), "dapo/extra_rollout_batches": float(batches - 1),
@@ -128,7 +124,7 @@ class RayDAPOTrainer(RayGRPOTrainer):
         metric varies, up to the train batch's size, with the columns the train stages read."""
         n, td = self.run_plan.n_samples, self.transfer_dock
         needed = self.run_plan.group_filter.train_prompts - self._counts["train"]
-        metric = ray.get(td.get_rows.remote([FILTER_METRIC], list(range(stage.rows_per_share))))[FILTER_METRIC]
+        metric = td.get_rows([FILTER_METRIC], list(range(stage.rows_per_share)))[FILTER_METRIC]
         keep = kept_groups(torch.cat([m.reshape(-1).float() for m in metric]), n)
         self._counts["kept"] += int(keep.numel())
         self._counts["dropped"] += stage.rows_per_share // n - int(keep.numel())
@@ -136,7 +132,7 @@ class RayDAPOTrainer(RayGRPOTrainer):
         if keep.numel():
             rows = (keep[:, None] * n + torch.arange(n)).reshape(-1).tolist()
             carried = [c for c in stage.inputs if c != FILTER_METRIC]
-            got = ray.get(td.get_rows.remote(carried, rows))
+            got = td.get_rows(carried, rows)
             for column in carried:
                 self._kept[column] += list(got[column])
             self._counts["train"] += int(keep.numel())

@@ -1,20 +1,19 @@
 """RayGRPOTrainer: one GRPO iteration runs the run plan's stage table in order
-(rollout -> rewards and advantages -> ref/old log-probs -> update); the
-driver sends each DP rank its row ids, ranks read and write the dock."""
+(rollout -> rewards and advantages -> ref/old log-probs -> update). The dock
+lives in the driver: for each DP stage the driver sends every rank its rows and
+writes the ranks' results back."""
 import math
 import time
 from typing import Dict, Iterator, List
 
 import numpy as np
-import ray
 import torch
 from tqdm import tqdm
 
 from mindspeed_rl.trainer.base import RayBaseTrainer
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, TRAIN
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch
 from mindspeed_rl.trainer.utils.compute_utils import compute_rewards
-from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
 from mindspeed_rl.utils.checkpoint import Checkpointer
 from mindspeed_rl.utils.loggers import MetricsLogger
 from mindspeed_rl.utils.metrics import imbalance, plan_balance_metrics
@@ -96,14 +95,6 @@ def verifier_fault_lines(iteration: int, metrics: Dict[str, float]) -> List[str]
     return [f"iter {iteration}: verifier faults (scored 0): " + "; ".join(parts)]
 
 
-def _columns(batch: dict):
-    """The batch as one buffer per column through Ray when every value is a list of tensors."""
-    if all(isinstance(v, (list, tuple)) and v and all(isinstance(t, torch.Tensor) for t in v)
-           for v in batch.values()):
-        return ColumnBatch({k: list(v) for k, v in batch.items()})
-    return batch
-
-
 class RayGRPOTrainer(RayBaseTrainer):
     def __init__(self, actor_worker, ref_worker=None, reward_list=None, logger: MetricsLogger = None,
                  train_iters: int = None, max_prompt_length: int = None, max_nonfinite_iterations: int = 3,
@@ -122,10 +113,8 @@ class RayGRPOTrainer(RayBaseTrainer):
 
     def transfer_dock_init(self):
         plan = self.run_plan
-        self.transfer_dock = GRPOTransferDock.remote(plan.prompts_per_round, plan.n_samples,
-                                                     addition_columns=self.dataset_additional_keys,
-                                                     run_plan=plan)
-        self.actor_worker.sync_init_transfer_dock(self.transfer_dock)
+        self.transfer_dock = DriverDock(plan.prompts_per_round, plan.n_samples,
+                                        addition_columns=self.dataset_additional_keys, run_plan=plan)
 
     def fit(self, data_iters: Iterator[dict], start_iteration: int = 0, kl_coef: float = None) -> List[Dict[str, float]]:
         """Iterations ``start_iteration + 1 .. train_iters`` (a resumed run passes
@@ -135,7 +124,7 @@ class RayGRPOTrainer(RayBaseTrainer):
         in a row stop the run (NonFiniteError)."""
         if kl_coef is not None:
             self.kl_ctrl.value = kl_coef
-        ray.get(self.transfer_dock.set_round.remote(start_iteration))
+        self.transfer_dock.set_round(start_iteration)
         bar = tqdm(range(start_iteration + 1, self.train_iters + 1), desc="GRPO", disable=None)
         self.last_saved = start_iteration if start_iteration else None
         streak: List[tuple] = []  # (iteration, what) of the current run of non-finite iterations
@@ -174,12 +163,12 @@ class RayGRPOTrainer(RayBaseTrainer):
         return self.history
 
     def step(self, iteration: int, batch: dict) -> Dict[str, float]:
-        """One iteration: the run plan's stages in order. A DP stage is one dock
-        call for the plan and every rank's rows, one call per rank, and one dock
-        call for the results; a driver stage is one fetch and one put."""
+        """One iteration: the run plan's stages in order. A DP stage is the
+        dock's plan and rows, one call per rank, and one write of the results;
+        a driver stage is one fetch and one put."""
         start = time.perf_counter()
         self._took_batch(iteration)
-        ray.get(self.transfer_dock.start_round.remote(_columns(self._checked(batch)), self.dataset_additional_keys))
+        self.transfer_dock.start_round(self._checked(batch), self.dataset_additional_keys)
         metrics, results = self._run_stages(list(self.run_plan.stages.values()), iteration=iteration)
         return self._finish_step(iteration, metrics, results, start)
 
@@ -202,7 +191,7 @@ class RayGRPOTrainer(RayBaseTrainer):
                                                      kl_coef=self.kl_ctrl.value)
             results += stage_results
             if stage.outputs:
-                ray.get(td.put_stage.remote(stage.name, *outputs))
+                td.put_stage(stage.name, *outputs)
         return metrics, results
 
     def _finish_step(self, iteration: int, metrics: Dict[str, float], results: List[Dict[str, float]],
@@ -213,7 +202,7 @@ class RayGRPOTrainer(RayBaseTrainer):
         metrics.update({k: float(np.mean([u[k] for u in train])) for k in train[0] if k.startswith("actor/")})
         metrics.update(rank_timing_metrics(results))
         metrics.update(rank_balance_metrics(results))
-        summary = ray.get(td.round_summary.remote())
+        summary = td.round_summary()
         metrics.update(summary["metrics"])
         metrics.update(plan_balance_metrics(summary["balance"]))  # per DP rank, as the balance report
         self.logger.log_balance(iteration, summary["balance"])

@@ -15,7 +15,7 @@ import random
 import shutil
 import socket
 import uuid
-from typing import Callable, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -99,38 +99,85 @@ def is_checkpoint(path: str) -> bool:
     return os.path.isfile(os.path.join(path, TRACKER)) or (name.startswith("iter_") and name[5:].isdigit())
 
 
-def resolve(load: str) -> Tuple[str, int]:
-    """(iteration folder, iteration) of ``load``: a save root (its tracker names
-    the latest iteration) or one ``iter_XXXXXXX`` folder. Raises CheckpointError
-    naming the folder and what is missing."""
+def _named(load: str) -> Tuple[str, int]:
+    """(iteration folder, iteration) that ``load`` names: a save root's tracker, or one ``iter_XXXXXXX`` folder."""
     if not os.path.isdir(load):
         raise CheckpointError(f"checkpoint folder {load!r} does not exist")
     name = os.path.basename(os.path.normpath(load))
     if name.startswith("iter_") and name[5:].isdigit():
-        folder, iteration = load, int(name[5:])
-    else:
-        tracker = os.path.join(load, TRACKER)
-        if not os.path.isfile(tracker):
-            raise CheckpointError(f"checkpoint folder {load!r} has no {TRACKER} (nothing was saved there, "
-                                  f"or name an iter_XXXXXXX folder)")
-        with open(tracker, "rb") as f:
-            text = f.read().decode("utf-8", "replace").strip()
-        if not text.isdigit():
-            raise CheckpointError(f"{tracker} should hold an iteration number, holds {text!r}")
-        iteration = int(text)
-        folder = iteration_dir(load, iteration)
-    problem = incomplete(folder)
+        return load, int(name[5:])
+    tracker = os.path.join(load, TRACKER)
+    if not os.path.isfile(tracker):
+        raise CheckpointError(f"checkpoint folder {load!r} has no {TRACKER} (nothing was saved there, "
+                              f"or name an iter_XXXXXXX folder)")
+    with open(tracker, "rb") as f:
+        text = f.read().decode("utf-8", "replace").strip()
+    if not text.isdigit():
+        raise CheckpointError(f"{tracker} should hold an iteration number, holds {text!r}")
+    return iteration_dir(load, int(text)), int(text)
+
+
+def find(load: str, weights_only: bool = False, deep: bool = True) -> Tuple[str, int]:
+    """(iteration folder, iteration) to load from ``load`` (a save root or one
+    iteration folder). ``deep`` checks every shard file and the trainer state
+    (``damage``; not the state with ``weights_only``), else only that the save
+    finished (``incomplete``). A damaged newest iteration of a save root falls
+    back to the newest intact older one, and says so; a named iteration folder
+    never falls back. Raises CheckpointError naming the file."""
+    folder, iteration = _named(load)
+    check = (lambda f: damage(f, weights_only)) if deep else incomplete
+    problem = check(folder)
     if problem is None:
         return folder, iteration
-    if folder == load:  # an iteration folder named by the user: no fallback
-        raise CheckpointError(f"checkpoint {folder!r} of iteration {iteration} is incomplete: {problem}")
-    older = [i for i in _iterations(load) if i < iteration and incomplete(iteration_dir(load, i)) is None]
-    if not older:
-        raise CheckpointError(f"checkpoint {folder!r} of iteration {iteration} (named by the tracker) is "
-                              f"incomplete: {problem}; no older complete iteration in {load!r}")
-    print(f"warning: checkpoint {folder!r} is incomplete ({problem}); resuming from iteration {older[-1]}",
-          flush=True)
-    return iteration_dir(load, older[-1]), older[-1]
+    if os.path.normpath(folder) == os.path.normpath(load):
+        raise CheckpointError(f"checkpoint {folder!r} of iteration {iteration} cannot be loaded: {problem}")
+    for older in sorted((i for i in _iterations(load) if i < iteration), reverse=True):
+        if check(iteration_dir(load, older)) is None:
+            print(f"warning: checkpoint {folder!r} cannot be loaded ({problem}); resuming from the previous "
+                  f"intact iteration {older}", flush=True)
+            return iteration_dir(load, older), older
+    raise CheckpointError(f"checkpoint {folder!r} of iteration {iteration} (named by the tracker) cannot be "
+                          f"loaded: {problem}; no older intact iteration in {load!r}")
+
+
+def resolve(load: str) -> Tuple[str, int]:
+    """``find`` with the cheap check only (the save finished): for config time."""
+    return find(load, deep=False)
+
+
+def damage(folder: str, weights_only: bool = False) -> Optional[str]:
+    """What makes a checkpoint folder unloadable, naming the file (None when intact): an unfinished
+    save, a missing or unreadable trainer state (not needed with ``weights_only``), DCP metadata, or a
+    shard file that is missing or shorter than the metadata says."""
+    problem = incomplete(folder)
+    if problem:
+        return problem
+    if not weights_only:
+        path = os.path.join(folder, STATE)
+        try:
+            with open(path, "rb") as f:
+                state = json.loads(f.read().decode("utf-8"))
+        except (OSError, ValueError) as err:
+            return f"{path} is not readable JSON ({type(err).__name__}: {' '.join(str(err).split())[:120]})"
+        if not isinstance(state, dict) or "kl_coef" not in state:
+            return f"{path} holds no trainer state (no 'kl_coef')"
+    dcp_dir = os.path.join(folder, DCP_DIR)
+    try:
+        from torch.distributed.checkpoint import FileSystemReader
+        metadata = FileSystemReader(dcp_dir).read_metadata()
+    except Exception as err:  # noqa: BLE001  (pickle errors of a damaged file)
+        return f"{os.path.join(dcp_dir, '.metadata')} is not readable ({type(err).__name__})"
+    need: Dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        need[info.relative_path] = max(need.get(info.relative_path, 0), info.offset + info.length)
+    for name, size in sorted(need.items()):
+        path = os.path.join(dcp_dir, name)
+        if not os.path.isfile(path):
+            return f"shard {path} is missing"
+        have = os.path.getsize(path)
+        if have < size:
+            return f"shard {path} is truncated ({have} of {size} bytes)"
+    return None
 
 
 def incomplete(folder: str):
@@ -188,15 +235,46 @@ def remove_stale_partial_saves(root: str) -> list:
     return removed
 
 
-class Checkpointer:
-    """Saves every stateful part of a run in one folder per iteration: the
-    workers' sharded state and RNG streams (``save_workers(folder)``) and the
-    driver's state dict (trainer: iteration, KL coefficient, data position,
-    dock round). Loading: ``resolve`` the folder, ``read_state``, then the
-    workers' ``load_checkpoint``."""
+def resume_state(found: Optional[Tuple[str, int]], weights_only: bool = False) -> dict:
+    """The driver's state to continue from: ``iteration``, ``data_position``
+    (prompt batches taken; DAPO's refills take more than one per iteration),
+    ``kl_coef`` (absent: the configured one) and ``dock_round``. A fresh run,
+    or ``weights_only``, starts at 0."""
+    if found is None or weights_only:
+        return {"iteration": 0, "data_position": 0, "dock_round": 0}
+    folder, iteration = found
+    state = read_state(folder)
+    return {"iteration": iteration, "kl_coef": state["kl_coef"],
+            "data_position": int(state.get("data_position", iteration)),
+            "dock_round": int(state.get("dock_round", iteration))}
 
-    def __init__(self, root: str, save_workers: Callable[[str], object]):
-        self.root, self.save_workers = root, save_workers
+
+class Checkpointer:
+    """Every stateful part of a run, one folder per iteration: the workers'
+    sharded state and RNG streams (``save_workers(folder)`` /
+    ``load_workers(folder, iteration, with_optimizer, with_rng)``) and the
+    driver's state dict (trainer: iteration, KL coefficient, data position,
+    dock round). Loading: ``find`` the folder (before any worker starts),
+    then ``restore``."""
+
+    def __init__(self, root: str, save_workers: Callable[[str], object] = None,
+                 load_workers: Callable[[str, int, bool, bool], object] = None):
+        self.root, self.save_workers, self.load_workers = root, save_workers, load_workers
+
+    def restore(self, found: Tuple[str, int], weights_only: bool = False, with_optimizer: bool = True,
+                with_rng: bool = True) -> dict:
+        """Load ``found`` (``find``'s answer) into the workers; returns
+        ``resume_state``. ``weights_only`` (Megatron's finetune): the weights
+        alone, from iteration 0."""
+        folder, iteration = found
+        state = resume_state(found, weights_only)
+        if weights_only:
+            self.load_workers(folder, 0, False, False)
+            print(f"loaded weights of {folder} (finetune: iteration 0)", flush=True)
+        else:
+            self.load_workers(folder, iteration, with_optimizer, with_rng)
+            print(f"resumed from {folder} at iteration {iteration}", flush=True)
+        return state
 
     def save(self, iteration: int, state: dict) -> str:
         """Write iteration ``iteration``: into a temporary folder, fsync, rename

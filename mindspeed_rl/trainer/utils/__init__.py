@@ -11,6 +11,7 @@ _EXPORTS = {
     "compute_grpo_data_metrics": _COMPUTE,
     "TransferDock": _DOCK,
     "GRPOTransferDock": _DOCK,
+    "DriverDock": _DOCK,
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,4 +1,7 @@
-"""Driver-side stages that run on the whole batch: rewards, advantages, data metrics."""
+"""Driver-side stages that run on the whole batch: rewards, advantages, data metrics.
+
+``td`` is the trainer's ``DriverDock`` (called in-process) or, for code ported
+from upstream, a ``GRPOTransferDock`` actor handle."""
 from typing import Dict, Sequence, Tuple
 
 import numpy as np
@@ -7,6 +10,12 @@ import torch
 
 from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+
+
+def _call(td, method: str, *args):
+    """``td.method(*args)`` on a driver dock, or its result on an actor handle."""
+    fn = getattr(td, method)
+    return ray.get(fn.remote(*args)) if hasattr(fn, "remote") else fn(*args)
 
 
 class FixedKLController:
@@ -86,7 +95,7 @@ def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estima
     if adv_estimator != "group_norm":
         raise ValueError(f"adv_estimator '{adv_estimator}' is not supported; use 'group_norm'")
     rows = list(range(stage.rows_per_share))
-    batch = ray.get(td.get_rows.remote(list(stage.inputs), rows))
+    batch = _call(td, "get_rows", list(stage.inputs), rows)
     scores, metrics = score_rows(reward_list, batch["responses"], batch["labels"])
     if overlong is not None:
         lengths = torch.tensor([int(x) for x in batch["response_length"]])
@@ -104,7 +113,7 @@ def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estima
         raise ValueError(f"stage '{stage.name}' writes {list(stage.outputs)}; got {len(values)} columns "
                          f"(filter_metric={filter_metric!r})")
     out = dict(zip(stage.outputs, values))
-    ray.get(td.put_experience.remote(ColumnBatch({k: list(v.reshape(-1, 1)) for k, v in out.items()}), rows))
+    _call(td, "put_experience", ColumnBatch({k: list(v.reshape(-1, 1)) for k, v in out.items()}), rows)
     metrics.update(reward_stats(scores))
     metrics.update(data_metrics(batch))
     return metrics
@@ -113,9 +122,9 @@ def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estima
 def compute_rule_reward(td, reward_fn, total_rows: int) -> Dict[str, float]:
     """Upstream's reward stage alone: score every row with ``reward_fn(responses, labels)`` into ``rm_scores``."""
     rows = list(range(total_rows))
-    batch = ray.get(td.get_rows.remote(["responses", "labels"], rows))
+    batch = _call(td, "get_rows", ["responses", "labels"], rows)
     scores, metrics = score_rows([reward_fn], batch["responses"], batch["labels"])
-    ray.get(td.put_experience.remote(ColumnBatch({"rm_scores": list(scores.reshape(-1, 1))}), rows))
+    _call(td, "put_experience", ColumnBatch({"rm_scores": list(scores.reshape(-1, 1))}), rows)
     metrics.update(reward_stats(scores))
     return metrics
 
@@ -125,10 +134,10 @@ def compute_advantage(td, n_samples: int, total_rows: int, adv_estimator: str = 
     if adv_estimator != "group_norm":
         raise ValueError(f"adv_estimator '{adv_estimator}' is not supported; use 'group_norm'")
     rows = list(range(total_rows))
-    batch = ray.get(td.get_rows.remote(["rm_scores"], rows))
+    batch = _call(td, "get_rows", ["rm_scores"], rows)
     scores = torch.cat([s.reshape(1).float() for s in batch["rm_scores"]])
     adv = compute_group_norm_advantages(scores, n_samples)
-    ray.get(td.put_experience.remote(ColumnBatch({"advantages": list(adv.reshape(-1, 1))}), rows))
+    _call(td, "put_experience", ColumnBatch({"advantages": list(adv.reshape(-1, 1))}), rows)
 
 
 def get_last_reward(rm_scores: torch.Tensor, n_sample_batch: int) -> torch.Tensor:
@@ -140,5 +149,5 @@ def get_last_reward(rm_scores: torch.Tensor, n_sample_batch: int) -> torch.Tenso
 
 def compute_grpo_data_metrics(td, total_rows: int) -> Dict[str, float]:
     """Upstream's name: length metrics of the round's ``total_rows`` rows."""
-    batch = ray.get(td.get_rows.remote(["prompt_length", "response_length"], list(range(total_rows))))
+    batch = _call(td, "get_rows", ["prompt_length", "response_length"], list(range(total_rows)))
     return data_metrics(batch)

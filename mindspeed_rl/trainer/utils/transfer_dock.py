@@ -3,13 +3,15 @@
 Rows are samples (``prompts_num * n_samples_per_prompt`` of them, a GRPO
 group's n samples in consecutive rows); columns are experience fields.
 
-The driver runs the stages of the run plan in order. For a DP stage one dock
-call (``dispatch``) plans the round (balanced shares, share s to DP rank
-s % dp) and returns each rank's rows as its own object, which the driver hands
-to that rank with its row ids; the ranks' results come back to the dock in one
-call (``put_stage``). Nothing polls and no rank calls the dock. Upstream's pull API
-(``get_experience(..., use_batch_seqlen_balance)``, consumer status) is kept
-in ``transfer_dock_compat``.
+The trainer holds the dock in the driver process (``DriverDock``, verl's
+single-controller shape) and runs the stages of the run plan in order. For a
+DP stage ``dispatch`` plans the round (balanced shares, share s to DP rank
+s % dp) and cuts each rank's rows; the driver sends them to the ranks and
+writes their results back with ``put_stage``. Nothing polls, no rank calls
+the dock, and no Ray call is spent on the dock itself. ``GRPOTransferDock``
+is the same class as a Ray actor, for upstream's pull API
+(``get_experience(..., use_batch_seqlen_balance)``, consumer status, kept in
+``transfer_dock_compat``), which ranks call themselves.
 """
 import threading
 import time
@@ -175,8 +177,8 @@ class TransferDock:
 class GRPOTransferDock(UpstreamPullMixin, TransferDock):
     """The GRPO dock: round plans bound to DP ranks, columnar rows, metrics.
 
-    Used as a Ray actor: ``GRPOTransferDock.remote(prompts_num, n_samples, ...)``;
-    ``GRPOTransferDock.__ray_actor_class__`` is the plain class for in-process use.
+    In the driver: ``DriverDock(prompts_num, n_samples, ...)``; as upstream's
+    Ray actor: ``GRPOTransferDock.remote(prompts_num, n_samples, ...)``.
     """
 
     def __init__(self, prompts_num: int, n_samples_per_prompt: int, metrics=None,
@@ -337,9 +339,8 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
     def dispatch(self, name: str) -> list:
         """``[plan, batch_0, ..., batch_{dp-1}]`` for DP stage ``name``: the
         round's plan and, for each DP rank, its rows of the stage's inputs (its
-        shares concatenated, in order). Call with
-        ``.options(num_returns=dp + 1)`` so each batch is its own object and
-        goes straight to its rank."""
+        shares concatenated, in order; one buffer per column through Ray). On the
+        actor, call with ``.options(num_returns=dp + 1)`` so each batch is its own object."""
         plan = self.plan_stage(name)
         columns = list(self.run_plan.stages[name].inputs)
         return [plan] + [self.get_rows(columns, [r for share in shares for r in share]) for shares in plan]
@@ -396,4 +397,6 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
         self._clear_experience_data_and_status()
 
 
+DriverDock = GRPOTransferDock  # the plain class: the trainer's dock, in the driver process
+# upstream's actor: concurrent calls, so a rank's waiting get_experience never blocks the puts it waits for
 GRPOTransferDock = ray.remote(max_concurrency=100)(GRPOTransferDock)

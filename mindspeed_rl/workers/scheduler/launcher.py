@@ -243,24 +243,27 @@ class RayActorGroup:
 
     # ------------------------------------------------------------ stages
 
-    def run_stage(self, name: str, td, **context) -> Tuple[List[Dict[str, float]], List[ray.ObjectRef]]:
-        """DP stage ``name`` of the run plan: one dock call plans the round and
-        cuts each DP rank's rows; every rank gets its DP rank's row ids and rows
-        (TP peers the same ones) and ``context`` (iteration, kl_coef). Returns the ranks' metrics and, in DP order,
-        the TP sources' output refs (for the dock's ``put_stage``)."""
+    def run_stage(self, name: str, dock, **context) -> Tuple[List[Dict[str, float]], list]:
+        """DP stage ``name`` of the run plan: the driver's ``dock`` plans the
+        round and cuts each DP rank's rows; every rank gets the plan and its DP
+        rank's rows (TP peers the same object) and ``context`` (iteration,
+        kl_coef). Returns the ranks' metrics and, in DP order, the TP sources'
+        output columns (for the dock's ``put_stage``)."""
         layout = self.run_plan.layout
-        refs = td.dispatch.options(num_returns=layout.dp + 1).remote(name)
-        outputs, metrics = [], []
-        for rank, actor in enumerate(self.actors):  # Ray hands each rank the plan and its rows when ready
-            state = ParallelState.from_layout(rank, layout)
-            m, out = actor.run_stage.options(num_returns=2).remote(name, refs[0], refs[1 + state.dp_rank],
-                                                                   **context)
-            metrics.append(m)
-            if state.tp_rank == 0:
-                outputs.append(out)
-        return self._wait(metrics, name), outputs
+        plan, *batches = dock.dispatch(name)
+        if layout.tp > 1:  # one object per DP rank, shared by its TP peers
+            batches = [ray.put(b) for b in batches]
+        states = [ParallelState.from_layout(rank, layout) for rank in range(len(self.actors))]
+        replies = self._wait([actor.run_stage.remote(name, plan, batches[state.dp_rank], **context)
+                              for actor, state in zip(self.actors, states)], name)
+        return [m for m, _ in replies], [out for (_, out), state in zip(replies, states) if state.tp_rank == 0]
 
     def sync_init_transfer_dock(self, transfer_dock, mm_transfer_dock=None):
+        """Give every rank an upstream-style dock actor for the pull API (``get_experience``)."""
+        if not isinstance(transfer_dock, ray.actor.ActorHandle):
+            raise TypeError(f"sync_init_transfer_dock: ranks take a GRPOTransferDock actor handle, got "
+                            f"{type(transfer_dock).__name__} (a DriverDock stays in the driver; the trainer "
+                            f"sends each rank its rows)")
         self.execute_sync_command("init_transfer_dock", transfer_dock)
 
     def initialize(self, *args):

@@ -7,33 +7,20 @@ rollout seed, so refills sample afresh."""
 from pathlib import Path
 
 import pytest
-import ray
 import torch
 
 import mindspeed_rl.trainer.dapo_trainer_hybrid as dapo
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.stages import FILTER, REF, TRAIN
-from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
 from mindspeed_rl.workers.parallel_state import ParallelState
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
-Dock = GRPOTransferDock.__ray_actor_class__
 # 8 prompts a rollout batch, 3 samples, 2 DP ranks; the train batch is 6 groups (18 rows, one mini-batch)
 DAPO = ["megatron_training.model_path=/unused", "megatron_training.stage=ray_dapo",
         "rl_config.n_samples_per_prompt=3", "rl_config.mini_batch_size=6", "actor_config.micro_batch_size=1",
         "rl_config.filter_groups_enable=true", "rl_config.filter_groups_metric=length_match",
         "rl_config.filter_groups_train_batch_size=6", "rl_config.filter_groups_max_batches=5"]
-
-
-class Local:
-    """``handle.method.remote(...)`` runs in-process (ray.get is patched to identity)."""
-
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __getattr__(self, name):
-        return type("Remote", (), {"remote": staticmethod(getattr(self.obj, name))})
 
 
 class Engine:
@@ -64,18 +51,15 @@ class Reward:
 
 
 class Group:
-    """The worker group as the launcher runs a stage: one dispatch, each rank's call, the outputs."""
+    """The worker group as the launcher runs a stage: the driver dock's dispatch, each rank's call, the outputs."""
 
     def __init__(self, workers):
         self.workers = workers
 
     def run_stage(self, name, td, **context):
-        plan, *batches = td.dispatch.remote(name)
+        plan, *batches = td.dispatch(name)
         results = [w.run_stage(name, plan, batches[w.parallel_state.dp_rank], **context) for w in self.workers]
         return [m for m, _ in results], [out for _, out in results]
-
-    def sync_init_transfer_dock(self, td):
-        pass
 
 
 def batches(start=0, size=8):
@@ -89,7 +73,6 @@ def batches(start=0, size=8):
 
 @pytest.fixture
 def local(monkeypatch):
-    monkeypatch.setattr(ray, "get", lambda value, **_: value)
     monkeypatch.setattr(iw, "CausalLMEngine", Engine)
 
 
@@ -104,13 +87,7 @@ def _trainer(*overrides, data_position=None):
         w.initialize("/unused", eos_id=13, pad_id=14)
         workers.append(w)
 
-    class Trainer(dapo.RayDAPOTrainer):
-        def transfer_dock_init(self):
-            self.dock = Dock(plan.dock_prompts, plan.n_samples, addition_columns=["labels", "metric_for_dapo"],
-                             run_plan=plan)
-            self.transfer_dock = Local(self.dock)
-
-    trainer = Trainer(actor_worker=Group(workers), reward_list=[Reward()], run_plan=plan,
+    trainer = dapo.RayDAPOTrainer(actor_worker=Group(workers), reward_list=[Reward()], run_plan=plan,
                       dataset_additional_keys=["labels"], init_kl_coef=cfgs.rl_config.init_kl_coef,
                       data_position=data_position)
     return trainer, workers
@@ -175,22 +152,22 @@ def test_filtered_non_divisible_round_is_balanced_and_every_row_trained_once(loc
     trainer.step(1, batch)
     n_rows = 3 * kept
     for name in (REF.name, TRAIN.name):
-        plan = trainer.dock.plan_stage(name)
+        plan = trainer.transfer_dock.plan_stage(name)
         sizes = [len(share) for rank in plan for share in rank]
         assert len(plan) == 2 and all(len(rank) == 1 for rank in plan), name
         assert max(sizes) - min(sizes) <= 1 and sum(sizes) == n_rows, (name, sizes)
         rows = sorted(r for rank in plan for share in rank for r in share)
         assert rows == list(range(n_rows)), name
     trained = _trained(workers)
-    dock = trainer.dock
+    dock = trainer.transfer_dock
     rows = [(tuple(dock.experience_data["prompts"][r].tolist()), int(dock.experience_lengths["response_length"][r]))
             for r in range(n_rows)]
     assert sorted(trained) == sorted(rows)  # each kept row trained once
     assert len({p for p, _ in trained}) == kept
     # balanced by tokens: the two ranks' train loads differ by at most the longest row
-    lengths = trainer.dock.experience_lengths
+    lengths = trainer.transfer_dock.experience_lengths
     cost = (lengths["prompt_length"] + lengths["response_length"])[:n_rows]
-    loads = [sum(int(cost[r]) for share in rank for r in share) for rank in trainer.dock.plan_stage(TRAIN.name)]
+    loads = [sum(int(cost[r]) for share in rank for r in share) for rank in trainer.transfer_dock.plan_stage(TRAIN.name)]
     assert abs(loads[0] - loads[1]) <= int(cost.max())
 
 

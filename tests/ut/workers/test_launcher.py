@@ -65,3 +65,27 @@ def test_dead_worker_is_reported(local_ray):
     group = RayActorGroup(Crasher, actor, rl, None, plan, num_cpus_per_worker=0.25)
     with pytest.raises(RuntimeError, match="worker rank 0 failed in 'step'"):
         group.execute_sync_command("step")
+
+
+def test_run_stage_sends_each_dp_rank_its_rows_and_returns_the_tp_sources_outputs(local_ray):
+    class Probe(BaseWorker):
+        def run_stage(self, name, plan, batch, **context):
+            return {"rank": self.rank, "rows": batch["rows"], "plan": plan, **context}, f"out of rank {self.rank}"
+
+    class Dock:  # the driver's dock: a plan and one batch per DP rank
+        def dispatch(self, name):
+            assert name == "stage_x"
+            return [[[[0, 1]], [[2, 3]]], {"rows": [0, 1]}, {"rows": [2, 3]}]
+
+    actor, rl, plan = _configs(world=4, tp=2)
+    group = RayActorGroup(Probe, actor, rl, None, plan, num_cpus_per_worker=0.25)
+    try:
+        metrics, outputs = group.run_stage("stage_x", Dock(), iteration=7)
+        with pytest.raises(TypeError, match="ranks take a GRPOTransferDock actor handle, got Dock"):
+            group.sync_init_transfer_dock(Dock())  # never pickled to the ranks
+    finally:
+        group.shutdown()
+    # ranks 0, 1 are DP rank 0 (TP peers), ranks 2, 3 DP rank 1
+    assert [m["rows"] for m in metrics] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert all(m["iteration"] == 7 and m["plan"] == [[[0, 1]], [[2, 3]]] for m in metrics)
+    assert outputs == ["out of rank 0", "out of rank 2"]
