@@ -1,5 +1,5 @@
 """End-to-end fault drill for issue 21: runs the tiny GRPO config as subprocesses and injects one
-fault per row (signals to the run's own workers, dock and driver, NaN rewards, a truncated shard,
+fault per row (signals to the run's own workers and driver, NaN rewards, a truncated shard,
 bad save path, malformed JSONL). Per row it prints the exit code, the error line, the seconds from
 injection to that line, whether the checkpoint left is loadable and whether a resume from it gives
 metrics identical to an uninterrupted run. Exits 1 if a row hangs, loses data or ends without
@@ -315,7 +315,6 @@ ROWS = {
     "sigstop_worker": (signal_row("sigstop_worker", "ray::IntegratedWorker", signal.SIGSTOP,
                                   extra=("rl_config.stage_timeout=20",)), 1, True),
     "sigkill_worker": (signal_row("sigkill_worker", "ray::IntegratedWorker", signal.SIGKILL), 1, True),
-    "sigkill_dock": (signal_row("sigkill_dock", "ray::GRPOTransferDock", signal.SIGKILL), 1, True),
     "sigterm_driver": (signal_row("sigterm_driver", "driver", signal.SIGTERM), 143, True),
     "sigint_driver": (signal_row("sigint_driver", "driver", signal.SIGINT), 130, True),
     "sigkill_driver_save": (kill_driver_during_save, -9, True),
