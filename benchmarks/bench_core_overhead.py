@@ -88,7 +88,7 @@ def measure(iters: int, repeats: int, warmup: int = 3):
     started = init_ray(num_cpus=2)
     group = None
     try:
-        group = RayActorGroup(_worker_class(), actor, rl, cfgs.generate_config, plan)
+        group = RayActorGroup(_worker_class(), plan)
         group.initialize("/unused", 13, 14)
         with tempfile.TemporaryDirectory() as out:
             logger = MetricsLogger(out)

@@ -275,12 +275,12 @@ def run_real(model_dir, pairs, seed):
     ]
     cfgs = build_configs(load_config(str(CONFIG), overrides))
     plan_off = build_configs(load_config(str(CONFIG), overrides + ["rl_config.use_dp_batch_balance=false"])).plan
-    actor, rl, gen = cfgs.actor_config, cfgs.rl_config, cfgs.generate_config
+    actor = cfgs.actor_config
     started = init_ray(num_cpus=2, log_to_driver=False, logging_level=logging.WARNING)
     group = None
     try:
         t0 = time.perf_counter()
-        group = RayActorGroup(_recording_worker(), actor, rl, gen, cfgs.plan)
+        group = RayActorGroup(_recording_worker(), cfgs.plan)
         group.initialize(actor.model_path, EOS_ID, PAD_ID)
         td = {b: DriverDock(PROMPTS, N_REAL, addition_columns=["labels"], run_plan=plan)
               for b, plan in ((True, cfgs.plan), (False, plan_off))}

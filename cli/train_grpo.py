@@ -128,7 +128,7 @@ def _train(cfgs, tokenizer, data, checkpoint, output_dir):
     from mindspeed_rl.workers.integrated_worker import IntegratedWorker
     from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
 
-    actor, rl, gen, plan = cfgs.actor_config, cfgs.rl_config, cfgs.generate_config, cfgs.plan
+    actor, rl, plan = cfgs.actor_config, cfgs.rl_config, cfgs.plan
     eos_id = tokenizer.eos_token_id
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
     os.makedirs(output_dir, exist_ok=True)
@@ -142,7 +142,7 @@ def _train(cfgs, tokenizer, data, checkpoint, output_dir):
     reward = RuleReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
                         parallel=rl.verifier_parallel, timeout=rl.verifier_timeout)
     try:
-        group = RayActorGroup(IntegratedWorker, actor, rl, gen, plan)
+        group = RayActorGroup(IntegratedWorker, plan)
         group.initialize(actor.model_path, eos_id, pad_id)
         state = resume_state(None)
         if checkpoint is not None:

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Tuple
 from mindspeed_rl.config_cls import stages as table
 from mindspeed_rl.config_cls.rl_config import resource_size
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, Stage  # noqa: F401  (re-exported)
+from mindspeed_rl.config_cls.worker_spec import WorkerSpec, default_worker_spec, worker_spec
 from mindspeed_rl.utils.workload import WorkloadModel
 SUPPORTED_LAYOUTS = "DP x TP; pipeline, context and expert parallel ranks are folded into DP"
 # layout keys served by FSDP over the same devices instead
@@ -141,6 +142,10 @@ class RunPlan:
     train_prompts_per_round: Optional[int] = None  # DAPO filter_groups_train_batch_size; else prompts_per_round
     overlong: Optional[OverlongSpec] = None
     group_filter: Optional[GroupFilterSpec] = None
+    # what a worker reads of the configs (plain values); the default is the config classes' defaults,
+    # for plans built by hand - build_run_plan always fills it from the configs
+    worker: WorkerSpec = field(default_factory=default_worker_spec)
+    placement: str = "auto"  # rl_config.placement_strategy (the launcher resolves 'auto')
 
     @property
     def rows_per_round(self) -> int:
@@ -422,6 +427,8 @@ def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
                    train_iters=actor_config.train_iters, stages=stages,
                    balance=_balance(actor_config, rl_config), seed=rl_config.seed,
                    train_prompts_per_round=train_prompts, overlong=overlong, group_filter=group_filter,
+                   worker=worker_spec(actor_config, rl_config, generate_config),
+                   placement=rl_config.placement_strategy,
                    # a rank waits in a collective at most as long as its peers' stage runs: the driver's
                    # stage deadline fires first and names the rank that did not answer
                    timeouts=Timeouts(data_wait=timeout, collective=max(timeout, stage_timeout) + 60.0,

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from transformers.utils import logging as hf_logging
 
+from mindspeed_rl.config_cls.base_config import BaseConfig
 from mindspeed_rl.models.device import get_device, get_dist_backend
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch
 from mindspeed_rl.workers.parallel_state import ParallelState
@@ -22,18 +23,21 @@ def _for_dock(output: Dict[str, List[torch.Tensor]]) -> ColumnBatch:
 class BaseWorker:
     """One rank of a worker group (a Ray actor). For each stage the driver
     sends every rank its DP rank's row ids and rows (TP peers get the same
-    ones); the TP source returns the results for the dock. The layout, stages
-    and timeouts come from ``run_plan`` only."""
+    ones); the TP source returns the results for the dock. Everything a rank
+    reads of the run comes from ``run_plan`` (layout, stages, timeouts) and
+    its ``worker`` spec (engine, optimizer, sampling, micro-batches, loss);
+    the config objects stay in the driver."""
 
-    def __init__(self, megatron_config, rl_config, generate_config, rank: int, world_size: int,
-                 run_plan=None, **kwargs):
-        if run_plan is None:
-            raise ValueError("BaseWorker needs the run_plan (config_cls.RunPlan) of the run")
+    def __init__(self, rank: int, world_size: int, run_plan, **kwargs):
+        if run_plan is None or not hasattr(run_plan, "worker"):
+            raise ValueError(f"BaseWorker needs the run_plan (config_cls.RunPlan) of the run, "
+                             f"got {type(run_plan).__name__}")
+        configs = sorted(k for k, v in kwargs.items() if isinstance(v, BaseConfig))
+        if configs:  # what a worker reads travels in run_plan.worker
+            raise TypeError(f"BaseWorker takes no config objects (got {configs}); put what the worker "
+                            f"reads in the run plan's worker spec (config_cls.worker_spec)")
         if world_size != run_plan.layout.world_size:
             raise ValueError(f"world_size {world_size} disagrees with the run plan's {run_plan.layout.world_size}")
-        self.megatron_config = megatron_config
-        self.rl_config = rl_config
-        self.generate_config = generate_config
         self.run_plan = run_plan
         self.rank, self.world_size = rank, world_size
         self.kwargs = kwargs
@@ -55,7 +59,7 @@ class BaseWorker:
             return addr, sock.getsockname()[1]
 
     def init_distributed(self, master_addr: str, master_port: int):
-        backend = get_dist_backend(self.device, self.megatron_config.distributed_backend)
+        backend = get_dist_backend(self.device, self.run_plan.worker.engine.distributed_backend)
         dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
                                 rank=self.rank, world_size=self.world_size,
                                 timeout=timedelta(seconds=self.run_plan.timeouts.collective))

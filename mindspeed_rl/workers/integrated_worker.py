@@ -31,18 +31,17 @@ def rollout_seed(base: int, iteration: int, first_row: int) -> int:
 
 class IntegratedWorker(BaseWorker):
     def initialize(self, model_path: str, eos_id: int, pad_id: int):
-        cfg, rl = self.megatron_config, self.rl_config
-        seed_all(cfg.seed + self.rank, deterministic=False)  # this rank's global streams (megatron_training.seed)
-        half = torch.bfloat16 if cfg.bf16 and self.device.type != "cpu" else None
+        engine, opt = self.run_plan.worker.engine, self.run_plan.worker.optimizer
+        seed_all(engine.seed + self.rank, deterministic=False)  # this rank's global streams (megatron_training.seed)
+        half = torch.bfloat16 if engine.bf16 and self.device.type != "cpu" else None
         layout = self.run_plan.layout
-        common = dict(device=self.device, use_remove_padding=rl.use_remove_padding, seed=rl.seed,
+        common = dict(device=self.device, use_remove_padding=engine.use_remove_padding, seed=self.run_plan.seed,
                       pad_id=pad_id, attn_implementation=self._attention(),
-                      trust_remote_code=self.generate_config.trust_remote_code,
+                      trust_remote_code=engine.trust_remote_code,
                       mesh=self.parallel_state.mesh, fsdp=layout.engine == "fsdp")
         # actor: fp32 master weights, bf16 compute; reference: frozen bf16 weights, sharded like the actor
-        self.actor = CausalLMEngine(model_path, trainable=True, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                    betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
-                                    clip_grad=cfg.clip_grad,
+        self.actor = CausalLMEngine(model_path, trainable=True, lr=opt.lr, weight_decay=opt.weight_decay,
+                                    betas=opt.betas, eps=opt.eps, clip_grad=opt.clip_grad,
                                     process_group=self.parallel_state.dp_group, dtype=torch.float32,
                                     autocast_dtype=half, lr_schedule=self._lr_schedule(), **common)
         self.ref = CausalLMEngine(model_path, trainable=False, dtype=half or torch.float32,
@@ -52,15 +51,15 @@ class IntegratedWorker(BaseWorker):
 
     def _lr_schedule(self):
         """Per optimizer step, over the run plan's optimizer steps."""
-        cfg = self.megatron_config
+        opt = self.run_plan.worker.optimizer
         total = self.run_plan.optimizer_steps
-        warmup = int(cfg.lr_warmup_fraction * total)
-        return functools.partial(lr_at, base_lr=cfg.lr, min_lr=cfg.min_lr, total_steps=total,
-                                 warmup_steps=warmup, style=cfg.lr_decay_style)
+        warmup = int(opt.lr_warmup_fraction * total)
+        return functools.partial(lr_at, base_lr=opt.lr, min_lr=opt.min_lr, total_steps=total,
+                                 warmup_steps=warmup, style=opt.lr_decay_style)
 
     def _attention(self):
         """flash_attention_2 on CUDA when asked for (use_flash_attn) and installed; else the HF default."""
-        if not (self.megatron_config.use_flash_attn and self.device.type == "cuda"):
+        if not (self.run_plan.worker.engine.use_flash_attn and self.device.type == "cuda"):
             return None
         return "flash_attention_2" if importlib.util.find_spec("flash_attn") else None
 
@@ -70,13 +69,14 @@ class IntegratedWorker(BaseWorker):
         """Index lists per micro-batch: token-capped (dynamic batch size) or
         fixed-size; with ``sync`` every DP rank gets the same count."""
         n = len(lengths)
-        rl = self.rl_config
-        if rl.use_dynamic_bsz:
-            parts = rearrange_micro_batches(lengths, rl.max_packing_token_size)
+        spec = self.run_plan.worker.micro_batches
+        if spec.use_dynamic_bsz:
+            parts = rearrange_micro_batches(lengths, spec.max_packing_token_size)
             if sync:
                 count = sync_micro_batch_count(len(parts), self.parallel_state.dp_group)
                 if count > len(parts):
-                    parts = rearrange_micro_batches(lengths, rl.max_packing_token_size, min_num_micro_batches=count)
+                    parts = rearrange_micro_batches(lengths, spec.max_packing_token_size,
+                                                    min_num_micro_batches=count)
             return parts
         size = max(1, fixed_size or n)
         count = -(-n // size)
@@ -92,13 +92,13 @@ class IntegratedWorker(BaseWorker):
         """Rollout of this rank's shares. A share's sampling seed depends on
         (seed, iteration, its first row) only, so runs repeat and resume exactly."""
         start = time.perf_counter()
-        sampling = self.generate_config.sampling_config
-        base = sampling["seed"] if sampling["seed"] is not None else self.rl_config.seed
+        sampling = self.run_plan.worker.sampling
+        base = sampling.seed if sampling.seed is not None else self.run_plan.seed
         lengths, out = [], {"responses": [], "response_length": []}
         for batch, share in zip(batches, shares):
-            responses = self.actor.generate(batch["prompts"], max_new_tokens=sampling["max_tokens"],
-                                            temperature=sampling["temperature"], top_p=sampling["top_p"],
-                                            top_k=max(0, sampling["top_k"]), min_p=sampling["min_p"],
+            responses = self.actor.generate(batch["prompts"], max_new_tokens=sampling.max_tokens,
+                                            temperature=sampling.temperature, top_p=sampling.top_p,
+                                            top_k=max(0, sampling.top_k), min_p=sampling.min_p,
                                             eos_id=self.eos_id, pad_id=self.pad_id,
                                             seed=rollout_seed(base, iteration, share[0]))
             out["responses"] += responses
@@ -108,7 +108,7 @@ class IntegratedWorker(BaseWorker):
 
     def _log_prob_stage(self, stage, batches, engine):
         start = time.perf_counter()
-        forward_mbs = getattr(self.rl_config, stage.stage.micro_batch_key)
+        forward_mbs = self.run_plan.worker.micro_batches.size(stage.stage.micro_batch_key)
         lengths_seen, out = [], []
         for batch in batches:
             lengths = _lengths(batch)
@@ -140,12 +140,12 @@ class IntegratedWorker(BaseWorker):
         return out, None
 
     def _train_mini_batch(self, batch, kl_coef, skip_actor_log_prob) -> Dict[str, float]:
-        rl = self.rl_config
+        rl = self.run_plan.worker.loss
         # the loss divides by the mini-batch's tokens (token_level_loss) or sequences, over all DP ranks
         local = sum(r.numel() for r in batch["responses"]) if rl.token_level_loss else len(batch["responses"])
         token_count = all_reduce_scalar(float(local), "sum", self.parallel_state.dp_group)
-        low, high = (rl.clip_ratio_low, rl.clip_ratio_high) if rl.clip_higher_enable else (None, None)
-        parts = self._micro_batches(_lengths(batch), self.megatron_config.micro_batch_size, sync=True)
+        parts = self._micro_batches(_lengths(batch), self.run_plan.worker.micro_batches.size(TRAIN.micro_batch_key),
+                                    sync=True)
         advantages = torch.cat([a.reshape(1).float() for a in batch["advantages"]])
 
         def padded(column, idx):
@@ -159,8 +159,8 @@ class IntegratedWorker(BaseWorker):
             ent = pad_sequence(entropy, batch_first=True) if entropy is not None else None
             return grpo_loss(lp, old, advantages[idx].to(lp.device), mask, clip_ratio=rl.clip_ratio,
                              ref_log_probs=ref, kl_coef=kl_coef, kl_kind=rl.kl_penalty, entropy=ent,
-                             entropy_coeff=rl.entropy_coeff, token_count=1.0, clip_ratio_low=low,
-                             clip_ratio_high=high, token_level_loss=rl.token_level_loss)
+                             entropy_coeff=rl.entropy_coeff, token_count=1.0, clip_ratio_low=rl.clip_ratio_low,
+                             clip_ratio_high=rl.clip_ratio_high, token_level_loss=rl.token_level_loss)
 
         return self.actor.train_step(batch["prompts"], batch["responses"], parts, loss_fn, token_count,
                                      dp_size=self.parallel_state.dp_size, with_entropy=rl.entropy_coeff > 0,
@@ -170,8 +170,7 @@ class IntegratedWorker(BaseWorker):
 
     def _temperature(self) -> float:
         """Log-probs use the sampling temperature, so ratios compare like with like."""
-        temperature = self.generate_config.sampling_config["temperature"]
-        return float(temperature) if temperature and temperature > 0 else 1.0
+        return self.run_plan.worker.sampling.log_prob_temperature
 
     def _timing(self, stage: str, start: float, lengths: List[int] = ()) -> Dict[str, float]:
         """Stage time, tokens and workload (the balance objective) this rank processed."""

@@ -128,14 +128,14 @@ def _place(bundle: Dict[str, float], count: int, strategy: str, timeout: float):
 
 
 class RayActorGroup:
-    def __init__(self, worker: Type[BaseWorker], megatron_config, rl_config, generate_config, run_plan,
-                 num_cpus_per_worker: Optional[float] = None, stage_timeout: Optional[float] = None, **kwargs):
-        """One worker per device of ``run_plan.layout``. ``stage_timeout``
-        bounds one command on the group (None: the run plan's stage deadline,
-        ``rl_config.stage_timeout``); a rank that fails or dies ends the
-        command at once, a rank that does not answer by the deadline is named."""
+    def __init__(self, worker: Type[BaseWorker], run_plan, num_cpus_per_worker: Optional[float] = None,
+                 stage_timeout: Optional[float] = None, **kwargs):
+        """One worker per device of ``run_plan.layout``; each rank gets the run
+        plan only (its ``worker`` spec holds what a rank reads of the configs).
+        ``stage_timeout`` bounds one command on the group (None: the run plan's
+        stage deadline, ``rl_config.stage_timeout``); a rank that fails or dies
+        ends the command at once, a rank that does not answer by the deadline is named."""
         self.worker = worker
-        self.megatron_config, self.rl_config, self.generate_config = megatron_config, rl_config, generate_config
         self.run_plan = run_plan
         self.world_size = run_plan.layout.world_size
         self.stage_timeout = stage_timeout if stage_timeout is not None else run_plan.timeouts.stage_deadline
@@ -143,8 +143,7 @@ class RayActorGroup:
         accel = _accelerator()
         cpus = num_cpus_per_worker if num_cpus_per_worker is not None else (1 if accel else 0.5)
         bundle = {"CPU": cpus, **({accel: 1} if accel else {})}
-        configured = getattr(rl_config, "placement_strategy", "auto") if rl_config is not None else "auto"
-        self.strategy = choose_strategy(configured, len(_nodes()))
+        self.strategy = choose_strategy(run_plan.placement, len(_nodes()))
         self.placement_group = _place(bundle, self.world_size, self.strategy, run_plan.timeouts.placement)
         remote_cls = ray.remote(worker)
         for rank in range(self.world_size):
@@ -155,8 +154,7 @@ class RayActorGroup:
             elif accel:
                 options["resources"] = {accel: 1}
             self.actors.append(remote_cls.options(**options).remote(
-                megatron_config, rl_config, generate_config, rank=rank, world_size=self.world_size,
-                run_plan=run_plan, **kwargs))
+                rank=rank, world_size=self.world_size, run_plan=run_plan, **kwargs))
         # (pid, node id) per rank: named when a rank does not answer
         # starting the workers (imports, process group) is bounded by the placement timeout, not the stage deadline
         start = max(self.stage_timeout or 0.0, run_plan.timeouts.placement)

@@ -81,7 +81,7 @@ def _trainer(*overrides, data_position=None):
     plan = cfgs.plan
     workers = []
     for rank in range(plan.layout.world_size):
-        w = iw.IntegratedWorker(cfgs.actor_config, cfgs.rl_config, cfgs.generate_config, rank=rank,
+        w = iw.IntegratedWorker(rank=rank,
                                 world_size=plan.layout.world_size, run_plan=plan)
         w.parallel_state = ParallelState.from_layout(rank, plan.layout)
         w.initialize("/unused", eos_id=13, pad_id=14)

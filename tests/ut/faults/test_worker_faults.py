@@ -8,17 +8,12 @@ import torch.distributed as dist
 
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.scheduler import launcher
-from mindspeed_rl.config_cls.megatron_config import MegatronConfig
-from mindspeed_rl.config_cls.rl_config import RLConfig
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, Timeouts
 
 
-def _configs(world=2, timeout=60.0):
-    actor = MegatronConfig({}, {})
-    rl = RLConfig({"td_timeout": timeout, "actor_resource": {"num_npus": world}})
-    plan = RunPlan(Layout(world, world, 1), prompts_per_round=1, n_samples=1, mini_batch_rows=1,
+def _plan(world=2, timeout=60.0):
+    return RunPlan(Layout(world, world, 1), prompts_per_round=1, n_samples=1, mini_batch_rows=1,
                    epochs=1, train_iters=1, timeouts=Timeouts(timeout, timeout + 60, timeout))
-    return actor, rl, plan
 
 
 def test_stopped_worker_is_named_after_the_stage_deadline(local_ray):
@@ -27,8 +22,8 @@ def test_stopped_worker_is_named_after_the_stage_deadline(local_ray):
             dist.barrier()  # rank 0 waits here for the stopped rank 1
             return self.rank
 
-    actor, rl, plan = _configs(world=2, timeout=60.0)
-    group = launcher.RayActorGroup(Stage, actor, rl, None, plan, num_cpus_per_worker=0.25, stage_timeout=4.0)
+    plan = _plan(world=2, timeout=60.0)
+    group = launcher.RayActorGroup(Stage, plan, num_cpus_per_worker=0.25, stage_timeout=4.0)
     group_pids = [p for p, _ in group.pids]
     pid = group_pids[1]
     assert pid != os.getpid() and pid != group.pids[0][0]
@@ -48,9 +43,9 @@ def test_stopped_worker_is_named_after_the_stage_deadline(local_ray):
 
 
 def test_more_ranks_than_the_cluster_has_is_one_line(local_ray):
-    actor, rl, plan = _configs(world=8, timeout=60.0)
+    plan = _plan(world=8, timeout=60.0)
     with pytest.raises(launcher.PlacementError) as info:
-        launcher.RayActorGroup(BaseWorker, actor, rl, None, plan)
+        launcher.RayActorGroup(BaseWorker, plan)
     assert str(info.value) == ("cannot place the workers: the run asks for 8 workers x {CPU: 0.5} = {CPU: 4}; the "
                                "cluster has {CPU: 2} on 1 node(s) (rl_config.actor_resource.num_npus sets the "
                                "worker count)")

@@ -73,7 +73,7 @@ def _setup(*overrides):
     dock = Dock(plan.prompts_per_round, plan.n_samples, addition_columns=["labels"], run_plan=plan)
     workers = []
     for rank in range(plan.layout.world_size):
-        w = iw.IntegratedWorker(cfgs.actor_config, cfgs.rl_config, cfgs.generate_config, rank=rank,
+        w = iw.IntegratedWorker(rank=rank,
                                 world_size=plan.layout.world_size, run_plan=plan)
         w.parallel_state = ParallelState.from_layout(rank, plan.layout)
         w.init_transfer_dock(Local(dock))

@@ -4,20 +4,15 @@ import time
 import pytest
 import torch.distributed as dist
 
-from mindspeed_rl.config_cls.megatron_config import MegatronConfig
-from mindspeed_rl.config_cls.rl_config import RLConfig
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, Timeouts
 from mindspeed_rl.utils.dist_sync import all_reduce_scalar
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
 
 
-def _configs(world=2, tp=1, timeout=30.0):
-    actor = MegatronConfig({"tensor_model_parallel_size": tp}, {})
-    rl = RLConfig({"td_timeout": timeout, "actor_resource": {"num_npus": world}})
-    plan = RunPlan(Layout(world, world // tp, tp), prompts_per_round=1, n_samples=1, mini_batch_rows=1,
+def _plan(world=2, tp=1, timeout=30.0):
+    return RunPlan(Layout(world, world // tp, tp), prompts_per_round=1, n_samples=1, mini_batch_rows=1,
                    epochs=1, train_iters=1, timeouts=Timeouts(timeout, timeout + 60, timeout))
-    return actor, rl, plan
 
 
 def test_group_ranks_and_layout(local_ray):
@@ -27,8 +22,8 @@ def test_group_ranks_and_layout(local_ray):
             total = all_reduce_scalar(float(self.rank), "sum", None)
             return ps.tp_rank, ps.dp_rank, ps.tp_src, total
 
-    actor, rl, plan = _configs(world=4, tp=2)
-    group = RayActorGroup(Probe, actor, rl, None, plan, num_cpus_per_worker=0.25)
+    plan = _plan(world=4, tp=2)
+    group = RayActorGroup(Probe, plan, num_cpus_per_worker=0.25)
     try:
         rows = group.execute_sync_command("layout")
     finally:
@@ -44,8 +39,8 @@ def test_failing_rank_ends_group_instead_of_hanging(local_ray):
             dist.barrier()  # rank 0 would wait for rank 1 forever
             return self.rank
 
-    actor, rl, plan = _configs(world=2, timeout=30.0)
-    group = RayActorGroup(Flaky, actor, rl, None, plan, num_cpus_per_worker=0.25)
+    plan = _plan(world=2, timeout=30.0)
+    group = RayActorGroup(Flaky, plan, num_cpus_per_worker=0.25)
     start = time.monotonic()
     with pytest.raises(RuntimeError, match=r"(?s)worker rank 1 failed in 'step'.*boom on purpose"):
         group.execute_sync_command("step")
@@ -61,8 +56,8 @@ def test_dead_worker_is_reported(local_ray):
                 os._exit(1)
             dist.barrier()
 
-    actor, rl, plan = _configs(world=2, timeout=30.0)
-    group = RayActorGroup(Crasher, actor, rl, None, plan, num_cpus_per_worker=0.25)
+    plan = _plan(world=2, timeout=30.0)
+    group = RayActorGroup(Crasher, plan, num_cpus_per_worker=0.25)
     with pytest.raises(RuntimeError, match="worker rank 0 failed in 'step'"):
         group.execute_sync_command("step")
 
@@ -77,8 +72,8 @@ def test_run_stage_sends_each_dp_rank_its_rows_and_returns_the_tp_sources_output
             assert name == "stage_x"
             return [[[[0, 1]], [[2, 3]]], {"rows": [0, 1]}, {"rows": [2, 3]}]
 
-    actor, rl, plan = _configs(world=4, tp=2)
-    group = RayActorGroup(Probe, actor, rl, None, plan, num_cpus_per_worker=0.25)
+    plan = _plan(world=4, tp=2)
+    group = RayActorGroup(Probe, plan, num_cpus_per_worker=0.25)
     try:
         metrics, outputs = group.run_stage("stage_x", Dock(), iteration=7)
         with pytest.raises(TypeError, match="ranks take a GRPOTransferDock actor handle, got Dock"):

@@ -1,0 +1,164 @@
+"""What a worker process reads of the configs, as plain frozen values.
+
+The driver keeps the config objects; each worker gets only the run plan,
+whose ``worker`` field is the ``WorkerSpec`` built here. The layout, the RL
+seed, the timeouts and the stages stay in the run plan itself.
+"""
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from mindspeed_rl.config_cls.stages import OLD, REF, TRAIN
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    seed: int                  # megatron_training.seed: rank r seeds its global streams with seed + r
+    bf16: bool
+    use_flash_attn: bool
+    use_remove_padding: bool
+    trust_remote_code: bool
+    distributed_backend: str
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    lr: float
+    min_lr: float
+    lr_warmup_fraction: float  # of the run plan's optimizer steps
+    lr_decay_style: str
+    weight_decay: float
+    betas: Tuple[float, float]
+    eps: float
+    clip_grad: float
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int                 # -1: no limit
+    min_p: float
+    seed: Optional[int] = None  # None: the run plan's seed
+
+    @property
+    def log_prob_temperature(self) -> float:
+        """Log-probs use the sampling temperature, so ratios compare like with like (<= 0: 1.0)."""
+        return self.temperature if self.temperature > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class MicroBatchSpec:
+    use_dynamic_bsz: bool
+    max_packing_token_size: int
+    # (Stage.micro_batch_key, size) for each DP stage that cuts micro-batches; None: the whole share
+    sizes: Tuple[Tuple[str, Optional[int]], ...] = ()
+
+    def size(self, key: str) -> Optional[int]:
+        for name, value in self.sizes:
+            if name == key:
+                return value
+        raise KeyError(f"worker spec has no micro-batch size '{key}'; it has {[n for n, _ in self.sizes]}")
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    clip_ratio: float
+    clip_ratio_low: Optional[float]   # set only with clip_higher_enable
+    clip_ratio_high: Optional[float]
+    kl_penalty: str
+    entropy_coeff: float
+    token_level_loss: bool
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    engine: EngineSpec
+    optimizer: OptimizerSpec
+    sampling: SamplingSpec
+    micro_batches: MicroBatchSpec
+    loss: LossSpec
+
+
+def _number(name, value, kind, optional=False, positive=False):
+    """``value`` as a plain ``kind`` (int or float), or a ValueError naming ``name``."""
+    if value is None and optional:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and kind is int:
+        ok = float(value).is_integer()
+    if ok and kind is float:
+        ok = math.isfinite(value)
+    if ok and positive:
+        ok = value > 0
+    if not ok:
+        what = {int: "an int", float: "a finite number"}[kind]
+        raise ValueError(f"{name}={value!r} must be {what}{' > 0' if positive else ''}"
+                         f"{' or unset' if optional else ''}")
+    return kind(value)
+
+
+def _flag(name, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} must be true or false")
+    return value
+
+
+def _text(name, value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name}={value!r} must be a string")
+    return value
+
+
+def worker_spec(actor_config, rl_config, generate_config) -> WorkerSpec:
+    """The fields a worker reads, from the driver's configs (checked, plain values)."""
+    a, rl, s = actor_config, rl_config, generate_config.sampling_config
+    engine = EngineSpec(seed=_number("actor_config.seed", a.seed, int), bf16=_flag("actor_config.bf16", a.bf16),
+                        use_flash_attn=_flag("actor_config.use_flash_attn", a.use_flash_attn),
+                        use_remove_padding=_flag("rl_config.use_remove_padding", rl.use_remove_padding),
+                        trust_remote_code=_flag("generate_config.trust_remote_code",
+                                                generate_config.trust_remote_code),
+                        distributed_backend=_text("actor_config.distributed_backend", a.distributed_backend))
+    optimizer = OptimizerSpec(
+        lr=_number("actor_config.lr", a.lr, float), min_lr=_number("actor_config.min_lr", a.min_lr, float),
+        lr_warmup_fraction=_number("actor_config.lr_warmup_fraction", a.lr_warmup_fraction, float),
+        lr_decay_style=_text("actor_config.lr_decay_style", a.lr_decay_style),
+        weight_decay=_number("actor_config.weight_decay", a.weight_decay, float),
+        betas=(_number("actor_config.adam_beta1", a.adam_beta1, float),
+               _number("actor_config.adam_beta2", a.adam_beta2, float)),
+        eps=_number("actor_config.adam_eps", a.adam_eps, float),
+        clip_grad=_number("actor_config.clip_grad", a.clip_grad, float))
+    key = "generate_config.sampling_config."
+    sampling = SamplingSpec(max_tokens=_number(key + "max_tokens", s["max_tokens"], int, positive=True),
+                            temperature=_number(key + "temperature", s["temperature"], float),
+                            top_p=_number(key + "top_p", s["top_p"], float),
+                            top_k=_number(key + "top_k", s["top_k"], int),
+                            min_p=_number(key + "min_p", s["min_p"], float),
+                            seed=_number(key + "seed", s["seed"], int, optional=True))
+    # the train stage's size is megatron's micro_batch_size, the forward stages' rl_config keys
+    sources = {REF.micro_batch_key: ("rl_config", rl), OLD.micro_batch_key: ("rl_config", rl),
+               TRAIN.micro_batch_key: ("actor_config", a)}
+    sizes = tuple((k, _number(f"{section}.{k}", getattr(cfg, k), int, optional=True, positive=True))
+                  for k, (section, cfg) in sources.items())
+    micro = MicroBatchSpec(use_dynamic_bsz=_flag("rl_config.use_dynamic_bsz", rl.use_dynamic_bsz),
+                           max_packing_token_size=_number("rl_config.max_packing_token_size",
+                                                          rl.max_packing_token_size, int, positive=True),
+                           sizes=sizes)
+    higher = _flag("rl_config.clip_higher_enable", rl.clip_higher_enable)
+    loss = LossSpec(clip_ratio=_number("rl_config.clip_ratio", rl.clip_ratio, float),
+                    clip_ratio_low=_number("rl_config.clip_ratio_low", rl.clip_ratio_low, float) if higher else None,
+                    clip_ratio_high=_number("rl_config.clip_ratio_high", rl.clip_ratio_high, float) if higher else None,
+                    kl_penalty=_text("rl_config.kl_penalty", rl.kl_penalty),
+                    entropy_coeff=_number("rl_config.entropy_coeff", rl.entropy_coeff, float),
+                    token_level_loss=_flag("rl_config.token_level_loss", rl.token_level_loss))
+    return WorkerSpec(engine, optimizer, sampling, micro, loss)
+
+
+def default_worker_spec() -> WorkerSpec:
+    """The spec of the config classes' defaults: for run plans built by hand (tests), not from configs."""
+    from mindspeed_rl.config_cls.generate_config import GenerateConfig
+    from mindspeed_rl.config_cls.megatron_config import MegatronConfig
+    from mindspeed_rl.config_cls.rl_config import RLConfig
+    return worker_spec(MegatronConfig({}, {}), RLConfig({}), GenerateConfig())
+
