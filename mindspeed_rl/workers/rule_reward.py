@@ -5,10 +5,8 @@ Upstream's is a Ray actor; this is a plain object: call ``initialize`` and
 (it is callable like the model-side RuleReward)."""
 from typing import Dict
 
-import ray
-
 from mindspeed_rl.models.rule_reward import RuleReward as _Scorer
-from mindspeed_rl.trainer.utils.compute_utils import compute_rule_reward
+from mindspeed_rl.trainer.utils.compute_utils import compute_rule_reward, dock_call
 
 
 class RuleReward:
@@ -26,6 +24,7 @@ class RuleReward:
                               parallel=rl_config.verifier_parallel, timeout=rl_config.verifier_timeout)
 
     def init_transfer_dock(self, td, mm_td=None):
+        """``td``: upstream's GRPOTransferDock actor handle, or the trainer's DriverDock."""
         if mm_td is not None:
             raise NotImplementedError("multimodal transfer docks are not implemented")
         self.td = td
@@ -34,7 +33,7 @@ class RuleReward:
         """Score the dock's whole batch into ``rm_scores``; returns reward mean/max/min."""
         if self.scorer is None or self.td is None:
             raise RuntimeError("RuleReward: call initialize() and init_transfer_dock() first")
-        rows = ray.get(self.td.get_experience_len.remote())
+        rows = dock_call(self.td, "get_experience_len")
         return compute_rule_reward(self.td, self.scorer, rows)
 
     def __call__(self, responses, labels):

@@ -310,3 +310,22 @@ def test_rule_reward_adapter_fills_the_dock(tmp_path):
     finally:
         if started:
             shutdown_ray()
+
+
+def test_rule_reward_adapter_fills_the_drivers_dock_in_process(tmp_path):
+    from mindspeed_rl.config_cls import RLConfig
+    from mindspeed_rl.trainer.utils import DriverDock
+    from mindspeed_rl.utils.tokenizer import get_tokenizer
+    from mindspeed_rl.workers.rule_reward import RuleReward
+    dock = DriverDock(2, 2, timeout=30)
+    dock.put_prompts_experience({"prompts": [torch.tensor([1, 2]), torch.tensor([1])],
+                                 "labels": [torch.tensor([7]), torch.tensor([8])]}, ["labels"])
+    dock.put_experience({"responses": [torch.tensor([7, 13]), torch.tensor([6, 13]), torch.tensor([8, 13]),
+                                       torch.tensor([8])]}, [0, 1, 2, 3])
+    reward = RuleReward()
+    _toy_tokenizer_dir(tmp_path)
+    reward.initialize(None, RLConfig({"verifier_function": ["math_acc"], "verifier_weight": [1.0]}),
+                      get_tokenizer(str(tmp_path)))
+    reward.init_transfer_dock(dock)
+    assert reward.compute_rm_score()["reward/mean"] == pytest.approx(0.75)
+    assert [float(s) for s in dock.get_rows(["rm_scores"], [0, 1, 2, 3])["rm_scores"]] == [1.0, 0.0, 1.0, 1.0]

@@ -12,7 +12,7 @@ from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch
 
 
-def _call(td, method: str, *args):
+def dock_call(td, method: str, *args):
     """``td.method(*args)`` on a driver dock, or its result on an actor handle."""
     fn = getattr(td, method)
     return ray.get(fn.remote(*args)) if hasattr(fn, "remote") else fn(*args)
@@ -95,7 +95,7 @@ def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estima
     if adv_estimator != "group_norm":
         raise ValueError(f"adv_estimator '{adv_estimator}' is not supported; use 'group_norm'")
     rows = list(range(stage.rows_per_share))
-    batch = _call(td, "get_rows", list(stage.inputs), rows)
+    batch = dock_call(td, "get_rows", list(stage.inputs), rows)
     scores, metrics = score_rows(reward_list, batch["responses"], batch["labels"])
     if overlong is not None:
         lengths = torch.tensor([int(x) for x in batch["response_length"]])
@@ -113,7 +113,7 @@ def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estima
         raise ValueError(f"stage '{stage.name}' writes {list(stage.outputs)}; got {len(values)} columns "
                          f"(filter_metric={filter_metric!r})")
     out = dict(zip(stage.outputs, values))
-    _call(td, "put_experience", ColumnBatch({k: list(v.reshape(-1, 1)) for k, v in out.items()}), rows)
+    dock_call(td, "put_experience", ColumnBatch({k: list(v.reshape(-1, 1)) for k, v in out.items()}), rows)
     metrics.update(reward_stats(scores))
     metrics.update(data_metrics(batch))
     return metrics
@@ -122,9 +122,9 @@ def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estima
 def compute_rule_reward(td, reward_fn, total_rows: int) -> Dict[str, float]:
     """Upstream's reward stage alone: score every row with ``reward_fn(responses, labels)`` into ``rm_scores``."""
     rows = list(range(total_rows))
-    batch = _call(td, "get_rows", ["responses", "labels"], rows)
+    batch = dock_call(td, "get_rows", ["responses", "labels"], rows)
     scores, metrics = score_rows([reward_fn], batch["responses"], batch["labels"])
-    _call(td, "put_experience", ColumnBatch({"rm_scores": list(scores.reshape(-1, 1))}), rows)
+    dock_call(td, "put_experience", ColumnBatch({"rm_scores": list(scores.reshape(-1, 1))}), rows)
     metrics.update(reward_stats(scores))
     return metrics
 
@@ -134,10 +134,10 @@ def compute_advantage(td, n_samples: int, total_rows: int, adv_estimator: str = 
     if adv_estimator != "group_norm":
         raise ValueError(f"adv_estimator '{adv_estimator}' is not supported; use 'group_norm'")
     rows = list(range(total_rows))
-    batch = _call(td, "get_rows", ["rm_scores"], rows)
+    batch = dock_call(td, "get_rows", ["rm_scores"], rows)
     scores = torch.cat([s.reshape(1).float() for s in batch["rm_scores"]])
     adv = compute_group_norm_advantages(scores, n_samples)
-    _call(td, "put_experience", ColumnBatch({"advantages": list(adv.reshape(-1, 1))}), rows)
+    dock_call(td, "put_experience", ColumnBatch({"advantages": list(adv.reshape(-1, 1))}), rows)
 
 
 def get_last_reward(rm_scores: torch.Tensor, n_sample_batch: int) -> torch.Tensor:
@@ -149,5 +149,5 @@ def get_last_reward(rm_scores: torch.Tensor, n_sample_batch: int) -> torch.Tenso
 
 def compute_grpo_data_metrics(td, total_rows: int) -> Dict[str, float]:
     """Upstream's name: length metrics of the round's ``total_rows`` rows."""
-    batch = _call(td, "get_rows", ["prompt_length", "response_length"], list(range(total_rows)))
+    batch = dock_call(td, "get_rows", ["prompt_length", "response_length"], list(range(total_rows)))
     return data_metrics(batch)
