@@ -252,7 +252,6 @@ def _run_round(group, docks, batch, balance):
 def run_real(model_dir, pairs, seed):
     """Warm-up, then ``pairs`` iterations each run with balance off and on
     (alternating which goes first) on the same batch."""
-    import ray
     from mindspeed_rl.config_cls.loader import build_configs, load_config
     from mindspeed_rl.models.tiny_model import EOS_ID, PAD_ID
     from mindspeed_rl.trainer.utils.transfer_dock import DriverDock

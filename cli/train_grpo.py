@@ -198,7 +198,7 @@ def dry_run(config: str, overrides: List[str] = ()) -> List[str]:
         warnings.simplefilter("always")
         cfg = load_config(config, list(overrides))
         cfgs = build_configs(cfg)
-    actor, rl, plan = cfgs.actor_config, cfgs.rl_config, cfgs.plan
+    actor, plan = cfgs.actor_config, cfgs.plan
     lines = [f"config: {config}" + (f" with {len(overrides)} override(s)" if overrides else "")]
     lines += [f"note: {' '.join(str(w.message).split())}" for w in caught]
     defaults = type(actor)()._declared_defaults()

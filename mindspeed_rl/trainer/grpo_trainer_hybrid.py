@@ -7,7 +7,6 @@ import time
 from typing import Dict, Iterator, List
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from mindspeed_rl.trainer.base import RayBaseTrainer
