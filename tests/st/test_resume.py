@@ -85,7 +85,7 @@ def test_missing_or_corrupt_checkpoint_is_a_clear_error(tiny_model, tmp_path, ca
     capsys.readouterr()
     build_configs(load_config(CONFIG, [f"megatron_training.load={save}", "megatron_training.model_path=/x"]))
     said = capsys.readouterr().out
-    assert "iter_0000006" in said and "resuming from iteration 2" in said
+    assert "iter_0000006" in said and "resuming from the previous intact iteration 2" in said
     with pytest.raises(ConfigError, match="does not exist"):
         build_configs(load_config(CONFIG, [f"megatron_training.load={tmp_path}/nothing",
                                            "megatron_training.model_path=/x"]))
@@ -99,5 +99,5 @@ def test_missing_or_corrupt_checkpoint_is_a_clear_error(tiny_model, tmp_path, ca
         run(CONFIG, overrides + [f"megatron_training.load={broken}"], str(tmp_path / "d"), tiny_model)
     for meta in glob.glob(os.path.join(save, "iter_*", "dcp", ".metadata")):
         os.remove(meta)
-    with pytest.raises(ConfigError, match=r"iter_0000006.*incomplete.*no older complete iteration"):
+    with pytest.raises(ConfigError, match=r"iter_0000006.*cannot be loaded.*no older intact iteration"):
         build_configs(load_config(CONFIG, [f"megatron_training.load={save}", "megatron_training.model_path=/x"]))

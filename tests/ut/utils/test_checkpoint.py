@@ -48,7 +48,7 @@ def test_dcp_writes_the_metadata_file_the_check_looks_for(tmp_path):
 def test_iteration_folder_without_dcp_metadata_is_incomplete(tmp_path):
     folder = _save(str(tmp_path), 4, metadata=False)
     assert os.listdir(os.path.join(folder, DCP_DIR))  # the shards are there
-    with pytest.raises(CheckpointError, match=r"iter_0000004.*incomplete.*dcp/\.metadata is missing"):
+    with pytest.raises(CheckpointError, match=r"iter_0000004.*cannot be loaded: dcp/\.metadata is missing"):
         resolve(folder)
 
 
@@ -56,7 +56,7 @@ def test_tracker_naming_a_save_without_dcp_metadata_is_never_loaded(tmp_path):
     root = str(tmp_path)
     _save(root, 4, metadata=False)
     _track(root, 4)
-    with pytest.raises(CheckpointError, match=r"iter_0000004.*incomplete.*\.metadata is missing"):
+    with pytest.raises(CheckpointError, match=r"iter_0000004.*cannot be loaded: dcp/\.metadata is missing"):
         resolve(root)
     # with an older complete save next to it: that one, or an error, but never the incomplete one
     _save(root, 2)
@@ -70,5 +70,5 @@ def test_tracker_naming_a_save_without_dcp_metadata_is_never_loaded(tmp_path):
 
 def test_folder_without_trainer_state_is_incomplete(tmp_path):
     folder = _save(str(tmp_path), 6, state=False)
-    with pytest.raises(CheckpointError, match=rf"incomplete.*{STATE} is missing"):
+    with pytest.raises(CheckpointError, match=rf"cannot be loaded: {STATE} is missing"):
         resolve(folder)
