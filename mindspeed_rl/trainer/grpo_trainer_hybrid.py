@@ -178,20 +178,41 @@ class RayGRPOTrainer(RayBaseTrainer):
 
     def _run_stages(self, stages, iteration: int):
         """Run ``stages`` (StagePlans) in order on the dock's current round; returns
-        (driver stages' metrics, the ranks' metrics of the DP stages)."""
+        (driver stages' metrics, the ranks' metrics of the DP stages). Consecutive
+        DP stages on one worker group whose plans coincide (the reference and old
+        log-probs) run in one call per rank."""
         td = self.transfer_dock
         metrics, results = {}, []
-        for stage in stages:
+        i = 0
+        while i < len(stages):
+            stage = stages[i]
+            i += 1
             if not stage.is_dp:
                 metrics.update(getattr(self, stage.method)(stage))
                 continue
-            group = self.ref_worker if stage.role == "ref" else self.actor_worker
-            stage_results, outputs = group.run_stage(stage.name, td, iteration=iteration,
-                                                     kl_coef=self.kl_ctrl.value)
+            group, together = self._group(stage), [stage]
+            while i < len(stages) and self._runs_with(stages[i], together, group):
+                together.append(stages[i])
+                i += 1
+            name = stage.name if len(together) == 1 else tuple(s.name for s in together)
+            stage_results, outputs = group.run_stage(name, td, iteration=iteration, kl_coef=self.kl_ctrl.value)
             results += stage_results
-            if stage.outputs:
-                td.put_stage(stage.name, *outputs)
+            if any(s.outputs for s in together):
+                td.put_stage(name, *outputs)
         return metrics, results
+
+    def _group(self, stage):
+        return self.ref_worker if stage.role == "ref" else self.actor_worker
+
+    def _runs_with(self, stage, together, group) -> bool:
+        """Whether DP ``stage`` can join the stages in ``together``: the same
+        worker group, none of their outputs among its inputs, and the same plan."""
+        if not stage.is_dp or self._group(stage) is not group:
+            return False
+        if set(stage.inputs) & {c for s in together for c in s.outputs}:
+            return False
+        td = self.transfer_dock
+        return td.plan_stage(stage.name) == td.plan_stage(together[0].name)
 
     def _finish_step(self, iteration: int, metrics: Dict[str, float], results: List[Dict[str, float]],
                      start: float):

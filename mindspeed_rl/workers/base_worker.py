@@ -92,12 +92,22 @@ class BaseWorker:
         """Upstream's name for writing results to the dock."""
         self.write_rows(output, index)
 
-    def run_stage(self, name: str, plan: List[List[List[int]]], batch, **context) -> Tuple[Dict[str, float], object]:
-        """Run DP stage ``name`` on this rank's shares of the round's ``plan``
-        (row lists per DP rank, from the dock's ``dispatch``); ``batch`` holds
-        those rows (the shares concatenated). Returns (metrics, output columns
-        for the dock's ``put_stage``; None on TP peers and for stages that
-        write nothing)."""
+    def run_stage(self, name, plan: List[List[List[int]]], batch, **context) -> Tuple[Dict[str, float], object]:
+        """Run DP stage ``name`` (or a tuple of stages that share one plan, in
+        order) on this rank's shares of the round's ``plan`` (row lists per DP
+        rank, from the dock's ``dispatch``); ``batch`` holds those rows (the
+        shares concatenated). Returns (metrics, output columns for the dock's
+        ``put_stage``; None on TP peers and for stages that write nothing)."""
+        metrics, output = {}, {}
+        for one in ((name,) if isinstance(name, str) else tuple(name)):
+            stage_metrics, stage_output = self._run_one(one, plan, batch, context)
+            metrics.update(stage_metrics)
+            output.update(stage_output or {})
+        if not output or not self.is_tp_src:
+            return metrics, None
+        return metrics, _for_dock(output)
+
+    def _run_one(self, name: str, plan, batch, context):
         stage = self.run_plan.stages.get(name)
         if stage is None or not stage.is_dp:
             raise ValueError(f"rank {self.rank}: the run plan has no DP stage '{name}'")
@@ -112,7 +122,4 @@ class BaseWorker:
         for share in shares:
             batches.append({c: batch[c][start:start + len(share)] for c in stage.inputs})
             start += len(share)
-        metrics, output = getattr(self, stage.method)(batches, shares, **context)
-        if output is None or not self.is_tp_src:
-            return metrics, None
-        return metrics, _for_dock(output)
+        return getattr(self, stage.method)(batches, shares, **context)

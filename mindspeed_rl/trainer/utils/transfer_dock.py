@@ -336,31 +336,48 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
             raise RuntimeError("transfer dock: the round's prompts are not rows 0 .. n-1")
         return n
 
-    def dispatch(self, name: str) -> list:
-        """``[plan, batch_0, ..., batch_{dp-1}]`` for DP stage ``name``: the
-        round's plan and, for each DP rank, its rows of the stage's inputs (its
+    def _names(self, name) -> Tuple[str, ...]:
+        """A stage name, or the names of DP stages that run together on one plan."""
+        names = (name,) if isinstance(name, str) else tuple(name)
+        if not names:
+            raise ValueError("no stage named")
+        plan = self.plan_stage(names[0])
+        for other in names[1:]:
+            if self.plan_stage(other) != plan:
+                raise ValueError(f"stages {list(names)} cannot run together: '{other}' has another plan "
+                                 f"than '{names[0]}'")
+        return names
+
+    def dispatch(self, name) -> list:
+        """``[plan, batch_0, ..., batch_{dp-1}]`` for DP stage ``name`` (or a
+        tuple of stages with the same plan, which then run in one call): the
+        round's plan and, for each DP rank, its rows of the stages' inputs (its
         shares concatenated, in order; one buffer per column through Ray). On the
         actor, call with ``.options(num_returns=dp + 1)`` so each batch is its own object."""
-        plan = self.plan_stage(name)
-        columns = list(self.run_plan.stages[name].inputs)
+        names = self._names(name)
+        plan = self.plan_stage(names[0])
+        columns = list(dict.fromkeys(c for n in names for c in self.run_plan.stages[n].inputs))
         return [plan] + [self.get_rows(columns, [r for share in shares for r in share]) for shares in plan]
 
-    def put_stage(self, name: str, *outputs) -> None:
-        """Write DP stage ``name``'s results: ``outputs[r]`` holds DP rank r's
-        output columns for its rows in plan order (all checked before any write)."""
-        plan = self.plan_stage(name)
+    def put_stage(self, name, *outputs) -> None:
+        """Write DP stage ``name``'s results (or those of a tuple of stages
+        dispatched together): ``outputs[r]`` holds DP rank r's output columns for
+        its rows in plan order (all checked before any write)."""
+        names = self._names(name)
+        plan = self.plan_stage(names[0])
         if len(outputs) != len(plan):
-            raise ValueError(f"put_stage('{name}'): {len(outputs)} outputs for {len(plan)} DP ranks")
-        expected = sorted(self.run_plan.stages[name].outputs)
+            raise ValueError(f"put_stage({name!r}): {len(outputs)} outputs for {len(plan)} DP ranks")
+        expected = sorted({c for n in names for c in self.run_plan.stages[n].outputs})
         parts = []
         for rank, (shares, out) in enumerate(zip(plan, outputs)):
             columns, values = self._as_packed(out)
             if sorted(columns) != expected:
-                raise ValueError(f"put_stage('{name}'): rank {rank} gave columns {columns}, the stage writes {expected}")
+                raise ValueError(f"put_stage({name!r}): rank {rank} gave columns {columns}, the stage writes "
+                                 f"{expected}")
             try:
                 checked = self._checked_put(columns, values, [r for share in shares for r in share])
             except ValueError as err:
-                raise ValueError(f"put_stage('{name}'): rank {rank}: {err}") from err
+                raise ValueError(f"put_stage({name!r}): rank {rank}: {err}") from err
             parts.append((columns, values, *checked))
         for part in parts:  # every rank checked before anything is written
             self._write(*part)

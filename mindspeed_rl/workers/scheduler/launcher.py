@@ -241,19 +241,21 @@ class RayActorGroup:
 
     # ------------------------------------------------------------ stages
 
-    def run_stage(self, name: str, dock, **context) -> Tuple[List[Dict[str, float]], list]:
-        """DP stage ``name`` of the run plan: the driver's ``dock`` plans the
-        round and cuts each DP rank's rows; every rank gets the plan and its DP
-        rank's rows (TP peers the same object) and ``context`` (iteration,
-        kl_coef). Returns the ranks' metrics and, in DP order, the TP sources'
-        output columns (for the dock's ``put_stage``)."""
+    def run_stage(self, name, dock, **context) -> Tuple[List[Dict[str, float]], list]:
+        """DP stage ``name`` of the run plan (or a tuple of stages with one plan,
+        run in one call per rank): the driver's ``dock`` plans the round and
+        cuts each DP rank's rows; every rank gets the plan and its DP rank's
+        rows (TP peers the same object) and ``context`` (iteration, kl_coef).
+        Returns the ranks' metrics and, in DP order, the TP sources' output
+        columns (for the dock's ``put_stage``)."""
         layout = self.run_plan.layout
         plan, *batches = dock.dispatch(name)
         if layout.tp > 1:  # one object per DP rank, shared by its TP peers
             batches = [ray.put(b) for b in batches]
         states = [ParallelState.from_layout(rank, layout) for rank in range(len(self.actors))]
         replies = self._wait([actor.run_stage.remote(name, plan, batches[state.dp_rank], **context)
-                              for actor, state in zip(self.actors, states)], name)
+                              for actor, state in zip(self.actors, states)],
+                             name if isinstance(name, str) else "+".join(name))
         return [m for m, _ in replies], [out for (_, out), state in zip(replies, states) if state.tp_rank == 0]
 
     def sync_init_transfer_dock(self, transfer_dock, mm_transfer_dock=None):

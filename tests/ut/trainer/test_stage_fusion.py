@@ -1,0 +1,76 @@
+"""DP stages whose plans coincide run in one call per rank: the real trainer step over two in-process
+IntegratedWorkers (DP ranks 0 and 1, no process group) and the driver's dock."""
+from pathlib import Path
+
+import pytest
+
+import mindspeed_rl.workers.integrated_worker as iw
+from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.config_cls.stages import OLD, REF, ROLLOUT, TRAIN
+from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
+from mindspeed_rl.workers.parallel_state import ParallelState
+from ut.dapo.test_dapo_sampling import Engine, Group, Reward, batches
+
+TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
+
+
+class CountingGroup(Group):
+    """Records what each group call ran: a stage name, or a tuple of names run together."""
+
+    def __init__(self, workers):
+        super().__init__(workers)
+        self.calls = []
+
+    def run_stage(self, name, td, **context):
+        self.calls.append(name)
+        return super().run_stage(name, td, **context)
+
+
+def _step(*overrides):
+    cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused", *overrides]))
+    plan = cfgs.plan
+    assert REF.name in plan.stages and OLD.name in plan.stages  # both log-prob stages run in this config
+    workers = []
+    for rank in range(plan.layout.world_size):
+        w = iw.IntegratedWorker(rank, plan.layout.world_size, plan)
+        w.parallel_state = ParallelState.from_layout(rank, plan.layout)
+        w.initialize("/unused", eos_id=13, pad_id=14)
+        workers.append(w)
+    group = CountingGroup(workers)
+    trainer = RayGRPOTrainer(actor_worker=group, reward_list=[Reward()], run_plan=plan,
+                             dataset_additional_keys=["labels"], init_kl_coef=cfgs.rl_config.init_kl_coef)
+    metrics = trainer.step(1, next(batches()))
+    return group.calls, metrics, trainer.transfer_dock
+
+
+@pytest.fixture(autouse=True)
+def engine(monkeypatch):
+    monkeypatch.setattr(iw, "CausalLMEngine", Engine)
+
+
+def test_reference_and_old_log_probs_run_in_one_call_when_their_plans_coincide():
+    calls, metrics, dock = _step()
+    assert calls == [ROLLOUT.name, (REF.name, OLD.name), TRAIN.name]
+    for column in (REF.outputs[0], OLD.outputs[0]):  # both written for every row of the round
+        assert bool((dock.experience_data_status[column] == 1).all())
+    for stage in (REF.name, OLD.name):  # each stage keeps its own timing and balance record
+        assert f"timing/{stage}/max" in metrics and f"dp_balance/{stage}/imbalance" in metrics
+    assert dock.plan_stage(REF.name) == dock.plan_stage(OLD.name)
+
+
+def test_stages_with_different_plans_run_apart():
+    # balance off: each stage gets its own seeded random split, so the plans differ
+    calls, metrics, dock = _step("rl_config.use_dp_batch_balance=false")
+    assert dock.plan_stage(REF.name) != dock.plan_stage(OLD.name)
+    assert calls == [ROLLOUT.name, REF.name, OLD.name, TRAIN.name]
+    assert bool((dock.experience_data_status[OLD.outputs[0]] == 1).all())
+
+
+def test_the_dock_refuses_to_run_stages_with_different_plans_together():
+    _, _, dock = _step("rl_config.use_dp_batch_balance=false")
+    with pytest.raises(ValueError, match=rf"cannot run together: '{OLD.name}' has another plan"):
+        dock.dispatch((REF.name, OLD.name))
+    with pytest.raises(ValueError, match="cannot run together"):
+        dock.put_stage((REF.name, OLD.name), {}, {})
+    plan, *rows = dock.dispatch(REF.name)
+    assert all(set(r) == set(dock.run_plan.stages[REF.name].inputs) for r in rows)
