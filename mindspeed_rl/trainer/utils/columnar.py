@@ -115,7 +115,6 @@ class ColumnStore:
         self._start = torch.zeros(self.max_len, dtype=torch.int64)
         self._len = torch.full((self.max_len,), -1, dtype=torch.int64)  # -1: no value
         self._live = 0  # elements referenced by rows; the rest is garbage from overwrites
-        self._views: List[Optional[Tensor]] = [None] * self.max_len  # per-row views of the buffer
 
     def check(self, column: str, packed: Packed):
         """Raise ValueError if ``packed`` rows cannot join this column (nothing written)."""
@@ -137,31 +136,21 @@ class ColumnStore:
         self._start[rows], self._len[rows] = starts, lengths
         self._used += flat.numel()
         self._live += int(sizes.sum())
-        self._refresh_views(rows)
 
-    def _refresh_views(self, rows: Tensor):
-        """Per-row views into the buffer, so a read hands out rows without a copy."""
-        rows = rows.tolist()
-        if not rows:
-            return
-        width = self._width()
-        sizes = (self._len[rows] * width).tolist()
-        start = int(self._start[rows[0]])
-        if self._contiguous(rows, start, sizes):  # one write: one split
-            pieces = torch.split(self._data[start:start + sum(sizes)], sizes)
-        else:
-            pieces = [self._data[int(self._start[r]):int(self._start[r]) + n] for r, n in zip(rows, sizes)]
-        for r, piece in zip(rows, pieces):
-            self._views[r] = piece if self._trailing == () else (
-                piece[0] if self._trailing is None else piece.view(-1, *self._trailing))
-
-    def _contiguous(self, rows, start, sizes) -> bool:
-        expected = start + torch.cumsum(torch.tensor([0] + sizes[:-1]), 0)
-        return bool(torch.equal(self._start[rows], expected))
+    def _view(self, row: int) -> Optional[Tensor]:
+        """Row ``row`` as a view of the buffer (no copy; made when asked for), None without a value.
+        A view handed out keeps its values when the buffer later grows or is compacted (a new buffer)."""
+        n = int(self._len[row])
+        if n < 0:
+            return None
+        start = int(self._start[row])
+        piece = self._data[start:start + n * self._width()]
+        return piece if self._trailing == () else (
+            piece[0] if self._trailing is None else piece.view(-1, *self._trailing))
 
     def rows(self, rows: Tensor) -> List[Tensor]:
         """The stored rows (views, no copy); KeyError for rows without a value."""
-        out = [self._views[r] for r in rows.tolist()]
+        out = [self._view(r) for r in rows.tolist()]
         if any(v is None for v in out):
             missing = [r for r, v in zip(rows.tolist(), out) if v is None]
             raise KeyError(f"rows {missing[:8]} hold no value")
@@ -180,7 +169,6 @@ class ColumnStore:
             grown = torch.empty(max(need, 2 * self._data.numel()), dtype=dtype)
             grown[:self._used] = self._data[:self._used]
             self._data = grown
-            self._refresh_views((self._len >= 0).nonzero(as_tuple=True)[0])
 
     def _compact(self):
         """Drop the values of overwritten rows (kept rows move to the front)."""
@@ -193,7 +181,6 @@ class ColumnStore:
         sizes = lengths * width
         self._start[rows] = torch.cumsum(sizes, 0) - sizes
         self._used = flat.numel()
-        self._refresh_views(rows)
 
     def _width(self) -> int:
         return int(np.prod(self._trailing)) if self._trailing else 1
@@ -202,8 +189,6 @@ class ColumnStore:
         present = rows[self._len[rows] >= 0]
         self._live -= int((self._len[present] * self._width()).sum())
         self._len[present] = -1
-        for r in present.tolist():
-            self._views[r] = None
 
     def get(self, rows: Tensor) -> Tuple[Tensor, Tensor]:
         """(flat values of ``rows`` in order, their first-dim lengths); one gather."""
@@ -226,7 +211,7 @@ class ColumnStore:
         return flat, lengths, self._trailing
 
     def __getitem__(self, row: int) -> Optional[Tensor]:
-        return self._views[int(row)]
+        return self._view(int(row))
 
     def __len__(self) -> int:
         return self.max_len
