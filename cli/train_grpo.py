@@ -107,7 +107,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
                           start=state["data_position"], **data_options(actor, rl))
     data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
     print(f"run plan: {cfgs.plan.summary()}")
-    return _train(cfgs, tokenizer, data, checkpoint, output_dir)
+    return _train(cfgs, tokenizer, data, checkpoint, state, output_dir)
 
 
 def trainer_class(stage):
@@ -120,9 +120,10 @@ def trainer_class(stage):
     return trainers[stage]
 
 
-def _train(cfgs, tokenizer, data, checkpoint, output_dir):
+def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
+    """Train from ``state`` (``checkpoint.resume_state`` of ``checkpoint``, read before Ray started)."""
     from mindspeed_rl.models.rule_reward import RuleReward
-    from mindspeed_rl.utils.checkpoint import Checkpointer, resume_state
+    from mindspeed_rl.utils.checkpoint import Checkpointer
     from mindspeed_rl.utils.loggers import MetricsLogger
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
     from mindspeed_rl.workers.integrated_worker import IntegratedWorker
@@ -136,7 +137,7 @@ def _train(cfgs, tokenizer, data, checkpoint, output_dir):
     install_signal_handlers()  # again: ray.init puts its own SIGTERM handler in place
     group = trainer = None
     ok = False
-    start = resume_state(checkpoint, weights_only=actor.finetune)["iteration"]
+    start = state["iteration"]
     logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard, resume_from=start,
                            checkpoint=checkpoint[0] if checkpoint else None)
     reward = RuleReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
@@ -144,7 +145,6 @@ def _train(cfgs, tokenizer, data, checkpoint, output_dir):
     try:
         group = RayActorGroup(IntegratedWorker, plan)
         group.initialize(actor.model_path, eos_id, pad_id)
-        state = resume_state(None)
         if checkpoint is not None:
             state = Checkpointer(actor.load, load_workers=group.load_checkpoint).restore(
                 checkpoint, weights_only=actor.finetune, with_optimizer=not actor.no_load_optim,

@@ -138,6 +138,8 @@ class RayActorGroup:
         self.worker = worker
         self.run_plan = run_plan
         self.world_size = run_plan.layout.world_size
+        # (dp rank, tp rank) of each rank: which rows it gets, whether its outputs are kept
+        self.states = [ParallelState.from_layout(rank, run_plan.layout) for rank in range(self.world_size)]
         self.stage_timeout = stage_timeout if stage_timeout is not None else run_plan.timeouts.stage_deadline
         self.actors, self.pids = [], []
         accel = _accelerator()
@@ -248,15 +250,13 @@ class RayActorGroup:
         rows (TP peers the same object) and ``context`` (iteration, kl_coef).
         Returns the ranks' metrics and, in DP order, the TP sources' output
         columns (for the dock's ``put_stage``)."""
-        layout = self.run_plan.layout
         plan, *batches = dock.dispatch(name)
-        if layout.tp > 1:  # one object per DP rank, shared by its TP peers
+        if self.run_plan.layout.tp > 1:  # one object per DP rank, shared by its TP peers
             batches = [ray.put(b) for b in batches]
-        states = [ParallelState.from_layout(rank, layout) for rank in range(len(self.actors))]
         replies = self._wait([actor.run_stage.remote(name, plan, batches[state.dp_rank], **context)
-                              for actor, state in zip(self.actors, states)],
+                              for actor, state in zip(self.actors, self.states)],
                              name if isinstance(name, str) else "+".join(name))
-        return [m for m, _ in replies], [out for (_, out), state in zip(replies, states) if state.tp_rank == 0]
+        return [m for m, _ in replies], [out for (_, out), state in zip(replies, self.states) if state.tp_rank == 0]
 
     def sync_init_transfer_dock(self, transfer_dock, mm_transfer_dock=None):
         """Give every rank an upstream-style dock actor for the pull API (``get_experience``)."""

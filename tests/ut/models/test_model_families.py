@@ -19,26 +19,11 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from mindspeed_rl.models import sharding
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.tiny_model import build_tiny_checkpoint
+from ut.models.engine_cases import engine_data, linear_loss_fn
 
 FAMILIES = ("qwen3", "llama", "qwen3_moe", "deepseek_v3")
 N = 8
 WORLD = 4
-
-
-def _data():
-    g = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(4, 32, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g) for _ in range(N)]
-    responses = [torch.randint(4, 32, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g) for _ in range(N)]
-    return prompts, responses
-
-
-def _loss_fn(mine):
-    def loss_fn(indexes, log_probs, entropies):
-        total = torch.zeros(())
-        for i, lp in zip(indexes, log_probs):
-            total = total + (-(0.6 - 0.15 * mine[i]) * lp).sum()
-        return total, {}
-    return loss_fn
 
 
 def _engine(model_dir, mesh=None, fsdp=False, autocast_dtype=None):
@@ -62,12 +47,12 @@ def _planned_bytes(model_dir, dp, tp, dp_rank, tp_rank, fsdp):
 
 
 def _run(engine, dp, dp_rank):
-    prompts, responses = _data()
+    prompts, responses = engine_data(N)
     tokens = sum(r.numel() for r in responses)
     mine = list(range(dp_rank, N, dp))
     p_local, r_local = [prompts[i] for i in mine], [responses[i] for i in mine]
     micro = [[0, 1], list(range(2, len(mine)))] if len(mine) > 2 else [mine and list(range(len(mine)))]
-    loss = _loss_fn(mine)
+    loss = linear_loss_fn(mine)
     engine.compute_grads(p_local, r_local, micro, loss, tokens, dp_size=dp, with_entropy=False)
     grads = {n: _full(p.grad) for n, p in engine.module.named_parameters()}
     metrics = engine.train_step(p_local, r_local, micro, loss, tokens, dp_size=dp, with_entropy=False)
@@ -120,8 +105,8 @@ def _reduce_dtypes(model_dir, mesh, dp_rank):
     for name, fn in originals.items():
         setattr(dist, name, recorder(fn))
     try:
-        prompts, responses = _data()
-        engine.compute_grads(prompts[dp_rank::2], responses[dp_rank::2], [[0, 1, 2, 3]], _loss_fn(list(range(N))),
+        prompts, responses = engine_data(N)
+        engine.compute_grads(prompts[dp_rank::2], responses[dp_rank::2], [[0, 1, 2, 3]], linear_loss_fn(list(range(N))),
                              sum(r.numel() for r in responses), dp_size=2, with_entropy=False)
     finally:
         for name, fn in originals.items():

@@ -15,6 +15,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from mindspeed_rl.models import sharding
 from mindspeed_rl.models.causal_lm import CausalLMEngine
+from ut.models.engine_cases import engine_data, linear_loss_fn
 
 N = 8
 
@@ -28,22 +29,6 @@ def model_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny_qwen2_sharded")
     Qwen2ForCausalLM(cfg).save_pretrained(str(path))
     return str(path)
-
-
-def _data():
-    g = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(4, 32, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g) for _ in range(N)]
-    responses = [torch.randint(4, 32, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g) for _ in range(N)]
-    return prompts, responses
-
-
-def _loss_fn(mine):
-    def loss_fn(indexes, log_probs, entropies):
-        total = torch.zeros(())
-        for i, lp in zip(indexes, log_probs):
-            total = total + (-(0.6 - 0.15 * mine[i]) * lp).sum()
-        return total, {"actor/loss_sum": float(total.detach())}
-    return loss_fn
 
 
 def _engine(model_dir, mesh=None, fsdp=False):
@@ -67,16 +52,16 @@ def _worker(rank, world, dp, tp, fsdp, init_file, model_dir, out_dir):
     try:
         mesh = sharding.build_mesh("cpu", dp, tp)
         dp_rank = rank // tp
-        prompts, responses = _data()
+        prompts, responses = engine_data(N)
         tokens = sum(r.numel() for r in responses)
         mine = list(range(dp_rank, N, dp))  # this DP rank's samples
         engine = _engine(model_dir, mesh, fsdp)
         p_local = [prompts[i] for i in mine]
         r_local = [responses[i] for i in mine]
         micro = [[0, 1], list(range(2, len(mine)))]
-        engine.compute_grads(p_local, r_local, micro, _loss_fn(mine), tokens, dp_size=dp, with_entropy=False)
+        engine.compute_grads(p_local, r_local, micro, linear_loss_fn(mine), tokens, dp_size=dp, with_entropy=False)
         grads = _full_grads(engine)
-        metrics = engine.train_step(p_local, r_local, micro, _loss_fn(mine), tokens, dp_size=dp, with_entropy=False)
+        metrics = engine.train_step(p_local, r_local, micro, linear_loss_fn(mine), tokens, dp_size=dp, with_entropy=False)
         weights = engine.state_dict_for_save()
         params = list(engine.module.parameters())
         sizes = {"params": sharding.local_bytes(params),
@@ -93,13 +78,13 @@ def _worker(rank, world, dp, tp, fsdp, init_file, model_dir, out_dir):
 
 
 def _reference(model_dir):
-    prompts, responses = _data()
+    prompts, responses = engine_data(N)
     tokens = sum(r.numel() for r in responses)
     engine = _engine(model_dir)
     everything = list(range(N))
-    engine.compute_grads(prompts, responses, [everything], _loss_fn(everything), tokens, with_entropy=False)
+    engine.compute_grads(prompts, responses, [everything], linear_loss_fn(everything), tokens, with_entropy=False)
     grads = {k: v.clone() for k, v in ((n, p.grad) for n, p in engine.module.named_parameters())}
-    metrics = engine.train_step(prompts, responses, [everything], _loss_fn(everything), tokens, with_entropy=False)
+    metrics = engine.train_step(prompts, responses, [everything], linear_loss_fn(everything), tokens, with_entropy=False)
     log_probs, _ = engine.log_probs(prompts, responses, [everything])
     greedy = engine.generate(prompts[:3], max_new_tokens=5, temperature=0.0, eos_id=3, pad_id=0)
     full_bytes = sharding.local_bytes(engine.module.parameters())
