@@ -106,6 +106,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer,
                           start=state["data_position"], **data_options(actor, rl))
     data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
+    print(cfgs.plan.worker.rollout.describe())
     print(f"run plan: {cfgs.plan.summary()}")
     return _train(cfgs, tokenizer, data, checkpoint, state, output_dir)
 
@@ -209,6 +210,7 @@ def dry_run(config: str, overrides: List[str] = ()) -> List[str]:
     if plan.layout.asked:
         lines.append(f"layout asked: {plan.layout.asked}; runs: DP={plan.layout.dp} x TP={plan.layout.tp} "
                      f"({plan.layout.engine} engine)")
+    lines.append(plan.worker.rollout.describe())
     lines.append(f"run plan: {plan.summary()}")
     lines.append(f"optimizer steps: {plan.steps_per_iteration} per iteration x {plan.train_iters} iterations; "
                  f"mini-batch {plan.mini_batch_rows} rows of {plan.rows_per_round} per round")

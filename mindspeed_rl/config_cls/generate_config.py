@@ -19,6 +19,9 @@ SAMPLING_DEFAULTS = {
 class GenerateConfig(BaseConfig):
     """Generation settings. Keys and defaults:
 
+    rollout_backend ('auto'): 'vllm' (an in-process vLLM engine per actor rank), 'hf' (transformers
+        generate on the actor), or 'auto': vLLM when installed and able to run the model, else hf
+        (config_cls/rollout_spec.py).
     data_parallel_size (None): rollout DP size; filled by validation.
     tokenizer_name_or_path ('/path/to/tokenizer'): tokenizer used by rollout.
     trust_remote_code (True): allow custom code when loading HF objects.
@@ -40,6 +43,7 @@ class GenerateConfig(BaseConfig):
     """
 
     def __init__(self, config_dict=None):
+        self.rollout_backend = "auto"
         self.data_parallel_size = None
         self.tokenizer_name_or_path = "/path/to/tokenizer"
         self.trust_remote_code = True

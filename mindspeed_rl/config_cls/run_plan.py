@@ -3,6 +3,7 @@
 The launcher, workers, trainer and transfer dock all take this one object;
 none of them re-derives a layout, a row count or a dispatch size.
 """
+import dataclasses
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -219,7 +220,8 @@ def _check_layout(actor_config, rl_config, generate_config) -> Layout:
     if infer_tp != actor_config.tensor_model_parallel_size:
         warnings.warn(f"generate_config.infer_tensor_parallel_size={infer_tp} is not implemented: rollout runs "
                       f"on the actor's layout (tensor_model_parallel_size="
-                      f"{actor_config.tensor_model_parallel_size})", UserWarning, stacklevel=2)
+                      f"{actor_config.tensor_model_parallel_size}; with vLLM every rank's engine holds the whole "
+                      f"model, inference TP across ranks is not implemented)", UserWarning, stacklevel=2)
     given_dp = generate_config.data_parallel_size
     world = resource_size(rl_config.actor_resource)
     if world is None:
@@ -380,6 +382,7 @@ def _balance(actor_config, rl_config) -> Optional[BalanceSpec]:
 def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
     """Derive the run plan (configs already checked by ``validate_rl_args``)."""
     layout = _check_layout(actor_config, rl_config, generate_config)
+    spec = worker_spec(actor_config, rl_config, generate_config)
     dp = layout.dp
     overlong, group_filter, train_prompts = _dapo(rl_config, generate_config)
     rollout_rows = actor_config.global_batch_size * rl_config.n_samples_per_prompt
@@ -397,8 +400,11 @@ def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
                         f"divisible by micro_batch_size={actor_config.micro_batch_size}")
     balanced = rl_config.use_dp_batch_balance
     share = rows // dp
-    stages = {table.ROLLOUT.name: _stage(table.ROLLOUT, rl_config.actor_rollout_dispatch_size,
-                                         rollout_rows // dp, rollout_rows, dp, False),
+    rollout = _stage(table.ROLLOUT, rl_config.actor_rollout_dispatch_size, rollout_rows // dp, rollout_rows, dp,
+                     False)
+    # the rollout engine's own log-probs (vLLM) go to the train stage, which logs their drift from the trainer's
+    drift = (table.ROLLOUT_LOG_PROBS,) if spec.rollout.returns_log_probs else ()
+    stages = {table.ROLLOUT.name: dataclasses.replace(rollout, extra_outputs=drift),
               table.REWARD.name: _driver_stage(table.REWARD, rollout_rows)}
     if group_filter is not None:  # the reward stage also writes the filter metric; the filter runs next
         stages[table.REWARD.name] = StagePlan(table.REWARD.name, rollout_rows, 1, False, stage=table.REWARD,
@@ -412,7 +418,7 @@ def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
                                         balanced)
     _check_update_dispatch(rl_config.actor_update_dispatch_size, layout, actor_config, mini, rows)
     train_inputs = table.TRAIN.inputs + tuple(stages[s.name].stage.outputs[0] for s in (table.OLD, table.REF)
-                                               if s.name in stages)
+                                               if s.name in stages) + drift
     stages[table.TRAIN.name] = _stage(table.TRAIN, None, mini // dp, rows, dp, balanced, train_inputs)
     if group_filter is not None:  # the filter reads its metric and carries what the train stages read
         later = [s for s in stages.values() if s.phase == "train"]
@@ -427,7 +433,7 @@ def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
                    train_iters=actor_config.train_iters, stages=stages,
                    balance=_balance(actor_config, rl_config), seed=rl_config.seed,
                    train_prompts_per_round=train_prompts, overlong=overlong, group_filter=group_filter,
-                   worker=worker_spec(actor_config, rl_config, generate_config),
+                   worker=spec,
                    placement=rl_config.placement_strategy,
                    # a rank waits in a collective at most as long as its peers' stage runs: the driver's
                    # stage deadline fires first and names the rank that did not answer

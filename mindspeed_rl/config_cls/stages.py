@@ -40,6 +40,8 @@ class Stage:
 ROLLOUT = Stage("actor_rollout", "dp", "actor", "generate_sequences", ("prompts",),
                 ("responses", "response_length"), cost_columns=("prompt_length",),
                 dispatch_key="actor_rollout_dispatch_size", phase="rollout")
+# the rollout engine's log-prob of each sampled token (vLLM), an extra rollout output read by the train stage
+ROLLOUT_LOG_PROBS = "rollout_log_probs"
 # the filter metric (DAPO) is a third output of the reward stage when dynamic sampling is on
 FILTER_METRIC = "metric_for_dapo"
 REWARD = Stage("rule_reward", "driver", "driver", "compute_rewards",

@@ -10,14 +10,19 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 WARN, ERROR = "warn", "error"
-_HF_ROLLOUT = "rollout samples with HF generate over the rank's whole share"
+_HF_ROLLOUT = ("rollout_backend=hf samples with transformers generate over the rank's whole share; the key "
+               "acts with rollout_backend vllm (or auto with vLLM installed)")
 _NO_FUSION = "the HF model's own kernels run; no fused/Ascend kernels"
 _MULTI_TURN = "not implemented yet: no multi-turn tool use; each response is one generate call"
 _LORA = "not implemented yet: every weight is trained (full-parameter GRPO; the memory plan counts full AdamW state)"
 _MOE_KERNELS = "MoE layers run as transformers implements them; experts are sharded by FSDP, no token dispatcher"
 _ROPE = ("rope scaling is the checkpoint's config.json's (not compared with the model section); "
          "a tiny checkpoint built from the section has none")
-_VLLM = "rollout samples with HF generate; no vLLM-Ascend options"
+_VLLM = "a vLLM-Ascend option; the vLLM backend passes no Ascend settings"
+
+
+def _hf(values):
+    return values.get("rollout_backend") == "hf"
 
 
 def _moe(values):
@@ -159,21 +164,24 @@ KEYS: List[Key] = [
     Key("megatron_training", "coc_fused_kernel", WARN, _NO_FUSION),
     # ---- generate_config
     Key("generate_config", "infer_expert_parallel_size", WARN, "no MoE support"),
-    Key("generate_config", "max_num_seqs", WARN, _HF_ROLLOUT),
-    Key("generate_config", "max_num_batched_tokens", WARN, _HF_ROLLOUT),
-    Key("generate_config", "gpu_memory_utilization", WARN, _HF_ROLLOUT),
-    Key("generate_config", "enable_prefix_caching", WARN, _HF_ROLLOUT),
-    Key("generate_config", "num_scheduler_steps", WARN, _HF_ROLLOUT),
-    Key("generate_config", "enforce_eager", WARN, _HF_ROLLOUT),
-    Key("generate_config", "dtype", WARN, "rollout runs in the actor's dtype (bf16 autocast when bf16: true)"),
-    Key("generate_config", "offload_train_optimizer", WARN, "training state stays on the device during rollout"),
-    Key("generate_config", "offload_train_grad", WARN, "training state stays on the device during rollout"),
-    Key("generate_config", "offload_train_param", WARN, "training state stays on the device during rollout"),
+    Key("generate_config", "max_num_seqs", WARN, _HF_ROLLOUT, applies=_hf),
+    Key("generate_config", "max_num_batched_tokens", WARN, _HF_ROLLOUT, applies=_hf),
+    Key("generate_config", "gpu_memory_utilization", WARN, _HF_ROLLOUT, applies=_hf),
+    Key("generate_config", "enable_prefix_caching", WARN, _HF_ROLLOUT, applies=_hf),
+    Key("generate_config", "enforce_eager", WARN, _HF_ROLLOUT, applies=_hf),
+    Key("generate_config", "dtype", WARN, "rollout_backend=hf runs in the actor's dtype (bf16 autocast when "
+        "bf16: true)", applies=_hf),
+    Key("generate_config", "num_scheduler_steps", WARN, "vLLM v1 schedules every step; no multi-step scheduling"),
+    Key("generate_config", "offload_train_optimizer", WARN, "not implemented yet: training state stays on the device during rollout"),
+    Key("generate_config", "offload_train_grad", WARN, "not implemented yet: training state stays on the device during rollout"),
+    Key("generate_config", "offload_train_param", WARN, "not implemented yet: training state stays on the device during rollout"),
     Key("generate_config", "torchair_graph", WARN, _VLLM),
     Key("generate_config", "enable_expert_parallel", WARN, _VLLM),
     Key("generate_config", "expert_map_path", WARN, _VLLM),
     Key("generate_config", "ascend_scheduler_config_enabled", WARN, _VLLM),
-    Key("sampling_config", "logprobs", WARN, "rollout returns tokens only; log-probs are recomputed"),
+    Key("sampling_config", "logprobs", WARN, "rollout_backend=hf returns tokens only (with vLLM, the sampled "
+        "tokens' log-probs give actor/rollout_log_prob_*); the trainer recomputes log-probs",
+        ignored=lambda v: v is not None, applies=_hf),
     Key("sampling_config", "detokenize", WARN, "rollout returns token ids only"),
 ]
 
@@ -185,7 +193,9 @@ def _values(section, actor_config, rl_config, generate_config):
     """(object's current values, declared defaults) of a section."""
     from mindspeed_rl.config_cls.generate_config import SAMPLING_DEFAULTS
     if section == "sampling_config":
-        return generate_config.sampling_config, SAMPLING_DEFAULTS
+        # the backend decides whether a sampling key acts
+        backend = getattr(generate_config, "rollout_backend", "auto")
+        return {**generate_config.sampling_config, "rollout_backend": backend}, SAMPLING_DEFAULTS
     obj = {"rl_config": rl_config, "megatron_training": actor_config, "generate_config": generate_config}[section]
     return obj.dict(), obj._declared_defaults()
 

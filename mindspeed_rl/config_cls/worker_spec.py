@@ -5,8 +5,10 @@ whose ``worker`` field is the ``WorkerSpec`` built here. The layout, the RL
 seed, the timeouts and the stages stay in the run plan itself.
 """
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Tuple
+
+from mindspeed_rl.config_cls.rollout_spec import RolloutSpec, rollout_spec
 
 from mindspeed_rl.config_cls.stages import OLD, REF, TRAIN
 
@@ -79,6 +81,7 @@ class WorkerSpec:
     sampling: SamplingSpec
     micro_batches: MicroBatchSpec
     loss: LossSpec
+    rollout: RolloutSpec = field(default_factory=lambda: RolloutSpec("hf", "default"))
 
 
 def _number(name, value, kind, optional=False, positive=False):
@@ -152,7 +155,7 @@ def worker_spec(actor_config, rl_config, generate_config) -> WorkerSpec:
                     kl_penalty=_text("rl_config.kl_penalty", rl.kl_penalty),
                     entropy_coeff=_number("rl_config.entropy_coeff", rl.entropy_coeff, float),
                     token_level_loss=_flag("rl_config.token_level_loss", rl.token_level_loss))
-    return WorkerSpec(engine, optimizer, sampling, micro, loss)
+    return WorkerSpec(engine, optimizer, sampling, micro, loss, rollout_spec(actor_config, generate_config))
 
 
 def default_worker_spec() -> WorkerSpec:
@@ -160,5 +163,5 @@ def default_worker_spec() -> WorkerSpec:
     from mindspeed_rl.config_cls.generate_config import GenerateConfig
     from mindspeed_rl.config_cls.megatron_config import MegatronConfig
     from mindspeed_rl.config_cls.rl_config import RLConfig
-    return worker_spec(MegatronConfig({}, {}), RLConfig({}), GenerateConfig())
+    return worker_spec(MegatronConfig({}, {}), RLConfig({}), GenerateConfig({"rollout_backend": "hf"}))
 

@@ -9,10 +9,12 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from mindspeed_rl.config_cls.stages import OLD, REF, ROLLOUT, TRAIN
+from mindspeed_rl.config_cls.stages import OLD, REF, ROLLOUT, ROLLOUT_LOG_PROBS, TRAIN
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.loss.grpo_loss import grpo_loss
 from mindspeed_rl.models.lr_schedule import lr_at
+from mindspeed_rl.models.rollout import make_backend
+from mindspeed_rl.models.rollout.drift import rollout_drift
 from mindspeed_rl.utils.checkpoint import DCP_DIR, CheckpointError, capture_rng, restore_rng
 from mindspeed_rl.utils.dist_sync import all_reduce_scalar, sync_micro_batch_count
 from mindspeed_rl.utils.seqlen_balancing import rearrange_micro_batches
@@ -47,6 +49,9 @@ class IntegratedWorker(BaseWorker):
         self.ref = CausalLMEngine(model_path, trainable=False, dtype=half or torch.float32,
                                   **common) if self.run_plan.uses_reference else None
         self.eos_id, self.pad_id = eos_id, pad_id
+        self.rollout = make_backend(self.run_plan.worker.rollout, self.actor, model_path, self.device, self.rank,
+                                    self.world_size, seed=self.run_plan.seed,
+                                    trust_remote_code=engine.trust_remote_code)
         return self.rank
 
     def _lr_schedule(self):
@@ -89,21 +94,24 @@ class IntegratedWorker(BaseWorker):
     # (metrics, output columns) (see BaseWorker.run_stage).
 
     def generate_sequences(self, batches, shares, iteration: int = 0, **_):
-        """Rollout of this rank's shares. A share's sampling seed depends on
-        (seed, iteration, its first row) only, so runs repeat and resume exactly."""
+        """Rollout of this rank's shares. Row r's sampling seed depends on (seed, iteration, r) only (the HF
+        backend seeds a share by its first row), so runs repeat and resume exactly."""
         start = time.perf_counter()
         sampling = self.run_plan.worker.sampling
         base = sampling.seed if sampling.seed is not None else self.run_plan.seed
         lengths, out = [], {"responses": [], "response_length": []}
+        drift = self.run_plan.worker.rollout.returns_log_probs
+        if drift:
+            out[ROLLOUT_LOG_PROBS] = []
         for batch, share in zip(batches, shares):
-            responses = self.actor.generate(batch["prompts"], max_new_tokens=sampling.max_tokens,
-                                            temperature=sampling.temperature, top_p=sampling.top_p,
-                                            top_k=max(0, sampling.top_k), min_p=sampling.min_p,
-                                            eos_id=self.eos_id, pad_id=self.pad_id,
-                                            seed=rollout_seed(base, iteration, share[0]))
-            out["responses"] += responses
-            out["response_length"] += [torch.tensor([r.numel()], dtype=torch.int32) for r in responses]
-            lengths += [p.numel() + r.numel() for p, r in zip(batch["prompts"], responses)]
+            result = self.rollout.generate(batch["prompts"], sampling,
+                                           [rollout_seed(base, iteration, row) for row in share],
+                                           eos_id=self.eos_id, pad_id=self.pad_id)
+            out["responses"] += result.responses
+            out["response_length"] += [torch.tensor([r.numel()], dtype=torch.int32) for r in result.responses]
+            if drift:
+                out[ROLLOUT_LOG_PROBS] += result.log_probs
+            lengths += [p.numel() + r.numel() for p, r in zip(batch["prompts"], result.responses)]
         return self._timing(ROLLOUT.name, start, lengths), out
 
     def _log_prob_stage(self, stage, batches, engine):
@@ -137,6 +145,7 @@ class IntegratedWorker(BaseWorker):
                 metrics.append(self._train_mini_batch(batch, kl_coef, on_policy))
         out = {k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]} if metrics else {}
         out.update(self._timing(TRAIN.name, start, [n for b in batches for n in _lengths(b)]))
+        self.rollout.weights_changed()  # the next rollout samples from the updated policy
         return out, None
 
     def _train_mini_batch(self, batch, kl_coef, skip_actor_log_prob) -> Dict[str, float]:
@@ -162,9 +171,22 @@ class IntegratedWorker(BaseWorker):
                              entropy_coeff=rl.entropy_coeff, token_count=1.0, clip_ratio_low=rl.clip_ratio_low,
                              clip_ratio_high=rl.clip_ratio_high, token_level_loss=rl.token_level_loss)
 
-        return self.actor.train_step(batch["prompts"], batch["responses"], parts, loss_fn, token_count,
-                                     dp_size=self.parallel_state.dp_size, with_entropy=rl.entropy_coeff > 0,
-                                     temperature=self._temperature())
+        drift = ROLLOUT_LOG_PROBS in batch
+        trainer_lp = {}  # on-policy: this pass's own log-probs are the trainer's view of the rollout policy
+
+        def tracked_loss_fn(idx, log_probs, entropy):
+            if drift and skip_actor_log_prob:
+                trainer_lp.update(zip(idx, (lp.detach().float().cpu() for lp in log_probs)))
+            return loss_fn(idx, log_probs, entropy)
+
+        metrics = self.actor.train_step(batch["prompts"], batch["responses"], parts, tracked_loss_fn, token_count,
+                                        dp_size=self.parallel_state.dp_size, with_entropy=rl.entropy_coeff > 0,
+                                        temperature=self._temperature())
+        if drift:
+            trainer = ([trainer_lp[i] for i in range(len(batch["responses"]))] if skip_actor_log_prob
+                       else [t.float() for t in batch[OLD.outputs[0]]])
+            metrics.update(rollout_drift(batch[ROLLOUT_LOG_PROBS], trainer))
+        return metrics
 
     # ------------------------------------------------------------ misc
 
@@ -206,6 +228,7 @@ class IntegratedWorker(BaseWorker):
         except (Exception, CheckpointException) as err:  # (DCP's error is a BaseException) truncated or foreign files
             raise CheckpointError(f"checkpoint {folder!r} could not be read: {type(err).__name__}: {err}") from err
         self.actor.set_step(iteration * self.run_plan.steps_per_iteration)
+        self.rollout.weights_changed()
         if with_rng:
             path = os.path.join(folder, "rng", f"rank{self.rank}.pt")
             if not os.path.isfile(path):
@@ -213,6 +236,12 @@ class IntegratedWorker(BaseWorker):
                                       f"set no_load_rng: true to start fresh random streams")
             restore_rng(torch.load(path, weights_only=False), self.device)
         return iteration
+
+    def shutdown(self):
+        rollout = getattr(self, "rollout", None)
+        if rollout is not None:
+            rollout.close()
+        super().shutdown()
 
     def export_hf(self, path: str) -> str:
         """HF ``save_pretrained`` of the gathered actor (every rank gathers; global rank 0 writes)."""

@@ -197,7 +197,9 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
         self.run_plan = run_plan
         if ray.is_initialized() and ray.get_runtime_context().get_actor_id():
             torch.set_num_threads(1)  # the dock actor moves small buffers; intra-op threads only add latency
-        columns = list(DEFAULT_COLUMNS) + [c for c in addition_columns or [] if c not in DEFAULT_COLUMNS]
+        # the plan's stage outputs are columns too (e.g. the rollout engine's log-probs)
+        planned = [c for st in run_plan.stages.values() for c in st.outputs] if run_plan is not None else []
+        columns = list(dict.fromkeys(list(DEFAULT_COLUMNS) + list(addition_columns or []) + planned))
         self.experience_consumers = list(DEFAULT_CONSUMERS) + [
             c for c in addition_consumers or [] if c not in DEFAULT_CONSUMERS]
         super().__init__(prompts_num, n_samples_per_prompt, columns, timeout, timeout_interval)

