@@ -100,7 +100,8 @@ class VLLMRollout(RolloutBackend):
             n=1, max_tokens=sampling.max_tokens, temperature=0.0 if greedy else sampling.temperature,
             top_p=1.0 if greedy else sampling.top_p, top_k=0 if greedy or sampling.top_k <= 0 else sampling.top_k,
             min_p=0.0 if greedy else sampling.min_p, seed=int(seed),
-            stop_token_ids=[int(eos_id)] if eos_id is not None else None,
+            # no eos_id: run to max_tokens, as the HF backend does (vLLM would stop at the checkpoint's EOS)
+            stop_token_ids=[int(eos_id)] if eos_id is not None else None, ignore_eos=eos_id is None,
             logprobs=0 if self.settings.returns_log_probs else None, detokenize=False)
 
     def generate(self, prompts, sampling, seeds, eos_id, pad_id) -> RolloutResult:
