@@ -48,6 +48,8 @@ class VLLMRollout(RolloutBackend):
     def __init__(self, spec, actor, model_path: str, device, rank: int, world_size: int, seed: int,
                  trust_remote_code: bool = False):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine lives in this process
+        # vLLM's start-up chatter (and its tokenizer-less chat warm-up warning) off unless asked for
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         self.settings, self.actor, self.device = spec, actor, device
         self.dtype = _DTYPES.get(spec.dtype, actor_dtype(actor))
         self.stale = False  # the engine starts from model_path, the actor's starting weights
