@@ -32,6 +32,9 @@ def main(path: str) -> int:
         print(f"{stage:16s}{speed:20.1f}{statistics.median(times):16.3f}{peak:10.2f}")
     print(f"iteration s (median): {statistics.median(r['timing/iteration'] for r in rows):.3f}; "
           f"reward first {rows[0].get('reward/mean', float('nan')):.3f} last {rows[-1].get('reward/mean', float('nan')):.3f}")
+    drift = [r["actor/rollout_log_prob_abs_diff"] for r in rows if "actor/rollout_log_prob_abs_diff" in r]
+    if drift:  # vLLM rollout: how far its log-probs are from the trainer's
+        print(f"rollout vs trainer log-prob |diff| (median): {statistics.median(drift):.2e}")
     return 0
 
 

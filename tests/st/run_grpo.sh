@@ -2,14 +2,25 @@
 # Tiny GRPO with DP batch balance on a local Ray, on CPU: 2 data-parallel
 # ranks, a random-init Qwen2-shaped model, the toy 'length' task. Sets itself
 # up on a fresh machine (scripts/install.sh: torch 2.13.0, then the package with constraints.txt), exits non-zero on any
-# failure. Extra arguments are config overrides, e.g. megatron_training.train_iters=8
+# failure. Extra arguments are config overrides, e.g. megatron_training.train_iters=8.
+# --vllm (first argument) rolls out with vLLM instead of transformers generate: installs the vllm extra
+# if needed, and gives the tiny model 2 heads of 32 (vLLM's CPU attention needs a head size of 32 or more).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
+EXTRA=()
+if [ "${1:-}" = "--vllm" ]; then
+    shift
+    if ! "$PY" -c "import vllm" 2>/dev/null; then
+        PYTHON="$PY" bash scripts/install.sh vllm
+    fi
+    EXTRA=(generate_config.rollout_backend=vllm generate_config.dtype=float32 generate_config.max_num_seqs=16
+           megatron_training.num_attention_heads=2 megatron_training.num_query_groups=2)
+fi
 if ! "$PY" -c "import mindspeed_rl, ray, transformers, torch" 2>/dev/null; then
     PYTHON="$PY" bash scripts/install.sh  # torch 2.13.0, then the package with the tested versions
 fi
 OUT=${OUT_DIR:-$(mktemp -d /tmp/msrl_grpo_XXXX)}
 echo "run folder: $OUT"
 "$PY" cli/train_grpo.py --config configs/grpo_tiny_cpu.yaml --tiny-model-dir "$OUT/tiny_model" \
-    --output-dir "$OUT" "$@"
+    --output-dir "$OUT" ${EXTRA[@]+"${EXTRA[@]}"} "$@"
