@@ -160,3 +160,17 @@ def test_save_folder_under_a_regular_file_stops_before_ray(capsys, tmp_path, tin
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "a_file" in err
     assert not ray.is_initialized()
+
+
+def test_dry_run_says_which_rollout_backend_runs_and_why(capsys, monkeypatch):
+    from mindspeed_rl.config_cls import rollout_spec
+    monkeypatch.setattr(rollout_spec, "vllm_version", lambda: None)
+    assert main(["--config", TINY, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "rollout: transformers generate (generate_config.rollout_backend=hf" in out
+    # asking for vLLM where it is not installed stops before Ray with one line naming the extra
+    assert main(["--config", TINY, "--dry-run", "generate_config.rollout_backend=vllm"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: generate_config.rollout_backend=vllm cannot run: vLLM is not installed; "
+                          "pip install -e .[vllm]") and err.count("\n") == 1
+    assert not ray.is_initialized()
