@@ -9,15 +9,19 @@ and the root: parameters, gradients and optimizer state sharded) or
 also what the memory plan counts with, and a test holds them to what the
 engine really allocates.
 
-Styles of an HF plan that target something other than an ``nn.Linear``
-(MoE expert tensors: ``packed_colwise``, ``moe_tp_experts``) are not split:
-those weights stay replicated over tp and FSDP shards them over dp.
+A style of the HF plan that this engine does not apply never stops a run: the
+module stays replicated over tp (FSDP still shards it over dp) and
+``replicated_over_tp`` names it with the reason. MoE expert styles leave the
+expert module whole; any other unapplied style inside a decoder-layer block
+(``self_attn``, ``mlp``) keeps that whole block replicated, since a TP plan
+splits a block as one unit (replicated in, replicated out).
 """
 import contextlib
 import fnmatch
 import math
+import sys
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -32,13 +36,25 @@ TP_PLAN = {
     "self_attn.o_proj": "rowwise",
     "mlp.gate_proj": "colwise", "mlp.up_proj": "colwise", "mlp.down_proj": "rowwise",
 }
-# HF plan style -> ours: colwise / rowwise split an nn.Linear; grad_sum keeps the weight whole on
-# every tp rank and sums its gradient over tp (it sees only the local heads, e.g. Qwen3's q_norm)
-HF_STYLES = {"colwise": "colwise", "colwise_rep": "colwise_rep", "rowwise": "rowwise", "rowwise_rep": "rowwise",
-             "replicated_with_grad_allreduce": "grad_sum"}
-# HF styles for MoE expert tensors, which we leave replicated over tp (FSDP shards them over dp)
-HF_EXPERT_STYLES = ("packed_colwise", "moe_tp_experts", "local_colwise", "local_rowwise", "local",
-                    "local_packed_rowwise", "ep_router", "grouped_gemm", "gather")
+# HF plan style -> ours: colwise / rowwise split an nn.Linear's output / input features (the _rep
+# variants take or give whole activations); grad_sum keeps the weight whole on every tp rank and sums
+# its gradient over tp (it sees only the local heads, e.g. Qwen3's q_norm); mla_kv_a keeps MLA's
+# kv_a_proj_with_mqa whole and sums over tp the gradient of its rope part (k_rot reaches only the
+# local heads; the rest of its output goes through the colwise kv_b_proj, whose input grad is summed)
+HF_STYLES = {"colwise": "colwise", "colwise_rep": "colwise_rep", "rowwise": "rowwise",
+             "rowwise_rep": "rowwise_rep", "replicated_with_grad_allreduce": "grad_sum",
+             "mla_kv_a_proj": "mla_kv_a"}
+LINEAR_KINDS = ("colwise", "colwise_rep", "rowwise", "rowwise_rep", "mla_kv_a")
+WHOLE_KINDS = ("grad_sum", "mla_kv_a")  # applied, but the weight stays whole on every tp rank
+# HF styles for a whole MoE expert module (replicated in, replicated out): left whole, with all it holds
+HF_EXPERT_STYLES = ("moe_tp_experts", "gather")
+
+
+class ReplicatedOverTP(NamedTuple):
+    """A (pattern, style) of the model's HF TP plan that runs replicated over tp, and why."""
+    pattern: str
+    style: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -71,34 +87,108 @@ def decoder_layers(module) -> List[torch.nn.Module]:
     return list(module.model.layers)
 
 
-def _hf_plan(config) -> Dict[str, str]:
-    plan = dict(getattr(config, "base_model_tp_plan", None) or {})
-    return {k: v for k, v in plan.items() if k.startswith("layers.")}
+def _family(config) -> str:
+    name = type(config).__name__
+    return name[:-len("Config")] if name.endswith("Config") else name
+
+
+def _match(name: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(name, pattern) and name.count(".") == pattern.count(".")
+
+
+def _block(name: str) -> str:
+    # the decoder-layer child a name lies in (layers.<i>.<child>), which a TP plan splits as one unit
+    return ".".join(name.split(".")[:3])
+
+
+def _resolve(module_or_config) -> Tuple[Dict[str, str], List[ReplicatedOverTP]]:
+    """(module name -> our kind for what is split, what of the HF plan runs replicated over tp).
+    Given a config only, each pattern stands for its modules (linear styles assumed on nn.Linear)."""
+    has_modules = hasattr(module_or_config, "named_modules")
+    config = module_or_config.config if has_modules else module_or_config
+    hf = dict(getattr(config, "base_model_tp_plan", None) or {})
+    if has_modules:
+        base = module_or_config.model
+        modules = dict(base.named_modules())
+        params = {n for n, _ in base.named_parameters()}
+        # (name, pattern, style, target): target None for a parameter
+        targets = [(n, k, v, modules[n]) for k, v in hf.items() for n in modules if n and _match(n, k)]
+        targets += [(n, k, v, None) for k, v in hf.items() for n in params if _match(n, k)]
+    else:
+        targets = [(k, k, v, torch.nn.Linear) for k, v in hf.items()]
+    whole = {n: k for n, k, v, _ in targets if v in HF_EXPERT_STYLES}  # name -> its pattern
+    plan: Dict[str, Tuple[str, str, str]] = {}  # name -> (kind, pattern, style)
+    why: Dict[Tuple[str, str], str] = {}
+    stuck: Dict[str, Tuple[str, str]] = {}  # block -> (pattern, style) of an unapplied module inside it
+    seen = set()
+    for name, pattern, style, target in targets:
+        if name in seen:
+            continue  # the first pattern that names a module decides
+        seen.add(name)
+        kind = HF_STYLES.get(style)
+        inside = next((k for w, k in whole.items() if name.startswith(w + ".")), None)
+        is_linear = target is torch.nn.Linear or isinstance(target, torch.nn.Linear)
+        if not name.startswith("layers."):
+            reason = "is not applied: this engine splits decoder layers only"
+        elif style in HF_EXPERT_STYLES:
+            reason = "is not applied by this engine: the MoE experts stay whole (FSDP shards them over dp)"
+        elif inside is not None:
+            reason = f"is not applied: it lies inside {inside}, which stays whole"
+        elif kind is None:
+            reason = "is not applied by this engine"
+        elif target is None:
+            reason = "is not applied: it names a parameter, not a module"
+        elif kind in LINEAR_KINDS and not is_linear:
+            reason = f"is not applied: {type(target).__name__} is not an nn.Linear"
+        elif kind == "mla_kv_a" and getattr(config, "qk_rope_head_dim", None) is None:
+            reason = "is not applied: the config has no qk_rope_head_dim"
+        else:
+            plan[name] = (kind, pattern, style)
+            continue
+        why.setdefault((pattern, style), reason)
+        if name.startswith("layers.") and style not in HF_EXPERT_STYLES and inside is None:
+            stuck.setdefault(_block(name), (pattern, style))
+    for name in [n for n in plan if _block(n) in stuck]:
+        _, pattern, style = plan.pop(name)
+        other, other_style = stuck[_block(name)]
+        why.setdefault((pattern, style), f"is not applied: {other} in the same block has style "
+                                         f"{other_style!r}, which is not applied, so the block stays whole")
+    kinds = {(f"model.{n}" if has_modules else n): k for n, (k, _, _) in plan.items()}
+    return kinds, [ReplicatedOverTP(p, s, r) for (p, s), r in why.items()]
+
+
+def replicated_over_tp(module_or_config) -> List[ReplicatedOverTP]:
+    """What of the model's HF ``base_model_tp_plan`` runs replicated over tp, one entry per
+    (pattern, style), with the reason. Never raises on a style it does not know. A causal LM
+    (meta-device is fine) gives what the engine really does; a config gives it by pattern."""
+    return _resolve(module_or_config)[1]
+
+
+def replicated_lines(module_or_config) -> List[str]:
+    """One line per ``replicated_over_tp`` entry, naming the model family, the module and why."""
+    config = getattr(module_or_config, "config", module_or_config)
+    return [f"tensor parallel: {_family(config)} {r.pattern} style {r.style!r} {r.reason}; "
+            f"the module stays replicated over tp" for r in replicated_over_tp(module_or_config)]
+
+
+def splits_attention(module_or_config) -> bool:
+    """Whether tensor parallel splits the attention heads (a config: by its HF plan's patterns)."""
+    config = getattr(module_or_config, "config", module_or_config)
+    if not getattr(config, "base_model_tp_plan", None):
+        return True  # TP_PLAN splits q/k/v/o
+    plan = _resolve(module_or_config)[0]
+    return any(".self_attn." in n and k not in WHOLE_KINDS for n, k in plan.items())
 
 
 def tp_plan(module) -> Dict[str, str]:
-    """Module name (from the causal LM root) -> 'colwise' | 'colwise_rep' | 'rowwise' | 'grad_sum',
-    for every decoder-layer module tensor parallel touches; from the config's ``base_model_tp_plan``
-    (HF names relative to the base model), else TP_PLAN. Works on a meta-device model."""
-    hf = _hf_plan(module.config)
+    """Module name (from the causal LM root) -> 'colwise' | 'colwise_rep' | 'rowwise' | 'rowwise_rep' |
+    'grad_sum' | 'mla_kv_a', for every decoder-layer module tensor parallel touches; from the config's
+    ``base_model_tp_plan`` (HF names relative to the base model), else TP_PLAN. What the HF plan gives
+    that is not here stays replicated over tp (``replicated_over_tp``). Works on a meta-device model."""
+    if getattr(module.config, "base_model_tp_plan", None):
+        return _resolve(module)[0]
     out: Dict[str, str] = {}
-    base = module.model
-    if hf:
-        for name, sub in base.named_modules():
-            style = next((v for k, v in hf.items() if fnmatch.fnmatchcase(name, k)
-                          and name.count(".") == k.count(".")), None)
-            if style is None or style in HF_EXPERT_STYLES:
-                continue
-            if style not in HF_STYLES:
-                raise ValueError(f"tensor parallel: {type(module.config).__name__}.base_model_tp_plan gives "
-                                 f"style {style!r} for {name}, which this engine cannot apply; "
-                                 f"known: {sorted(HF_STYLES)} (expert styles stay replicated over tp)")
-            kind = HF_STYLES[style]
-            if kind != "grad_sum" and not isinstance(sub, torch.nn.Linear):
-                continue  # e.g. expert tensors under a linear-style name: replicated over tp
-            out[f"model.{name}"] = kind
-        return out
-    for i, layer in enumerate(base.layers):
+    for i, layer in enumerate(module.model.layers):
         for name, sub in layer.named_modules():
             if name in TP_PLAN and isinstance(sub, torch.nn.Linear):
                 out[f"model.layers.{i}.{name}"] = TP_PLAN[name]
@@ -113,7 +203,7 @@ def check_tp_divides(module_or_config, tp: int, error_cls=ValueError, plan: Opti
     config = getattr(module_or_config, "config", module_or_config)
     if plan is None and hasattr(module_or_config, "model"):
         plan = tp_plan(module_or_config)
-    splits_attention = plan is None or any(".self_attn." in n and k != "grad_sum" for n, k in plan.items())
+    splits_attention = plan is None or any(".self_attn." in n and k not in WHOLE_KINDS for n, k in plan.items())
     names = ("num_attention_heads", "num_key_value_heads") if splits_attention else ()
     if plan is None:
         names += ("intermediate_size",)
@@ -126,7 +216,7 @@ def check_tp_divides(module_or_config, tp: int, error_cls=ValueError, plan: Opti
     modules = dict(module_or_config.named_modules())
     for name, kind in plan.items():
         sub = modules[name]
-        if kind == "grad_sum":
+        if kind in WHOLE_KINDS:
             continue
         dim, size = ("out_features", sub.out_features) if kind.startswith("colwise") else \
             ("in_features", sub.in_features)
@@ -139,7 +229,47 @@ def _tp_style(kind: str):
         return ColwiseParallel()
     if kind == "colwise_rep":
         return ColwiseParallel(output_layouts=Replicate())
+    if kind == "rowwise_rep":
+        return RowwiseParallel(input_layouts=Replicate())
     return RowwiseParallel()
+
+
+class _SumGradOverTP(torch.autograd.Function):
+    """Identity forward; backward sums the gradient over the tp group (in fp32)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        total = grad.to(torch.float32, copy=True).contiguous()
+        dist.all_reduce(total, group=ctx.group)
+        return total.to(grad.dtype), None
+
+
+def _mla_kv_a_hook(rope_dim: int, group):
+    # kv_a_proj_with_mqa's output is [kv_lora_rank | qk_rope_head_dim]: only the rope part's grad is partial
+    def hook(mod, args, out):
+        if not torch.is_grad_enabled():
+            return None
+        latent, rope = out.split([out.shape[-1] - rope_dim, rope_dim], dim=-1)
+        return torch.cat([latent, _SumGradOverTP.apply(rope, group)], dim=-1)
+    return hook
+
+
+_SAID = set()
+
+
+def _say_replicated(module) -> None:
+    """The ``replicated_lines`` of ``module`` on stderr, once per process, from global rank 0."""
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return
+    for line in replicated_lines(module):
+        if line not in _SAID:
+            _SAID.add(line)
+            print(line, file=sys.stderr, flush=True)
 
 
 def apply_tensor_parallel(module, tp_mesh: DeviceMesh) -> List[str]:
@@ -147,10 +277,14 @@ def apply_tensor_parallel(module, tp_mesh: DeviceMesh) -> List[str]:
     whose gradients must be summed over tp after backward (``grad_sum``)."""
     plan = tp_plan(module)
     check_tp_divides(module, tp_mesh.size(), plan=plan)
-    styles = {name: _tp_style(kind) for name, kind in plan.items() if kind != "grad_sum"}
+    _say_replicated(module)
+    styles = {name: _tp_style(kind) for name, kind in plan.items() if kind not in WHOLE_KINDS}
     if styles:
         parallelize_module(module, tp_mesh, styles)
     modules = dict(module.named_modules())
+    for name, kind in plan.items():
+        if kind == "mla_kv_a":
+            modules[name].register_forward_hook(_mla_kv_a_hook(module.config.qk_rope_head_dim, tp_mesh.get_group()))
     # names, not objects: FSDP replaces the parameter objects afterwards
     return [f"{name}.{pname}" for name, kind in plan.items() if kind == "grad_sum"
             for pname, _ in modules[name].named_parameters()]
@@ -323,7 +457,7 @@ def planned_local_numel(name: str, shape: Tuple[int, ...], dp: int, tp: int, dp_
     kind = plan.get(name.rsplit(".", 1)[0]) if plan is not None else _fallback_kind(name)
     if kind in ("colwise", "colwise_rep") and tp > 1:
         shape[0] = _chunk(shape[0], tp, tp_rank)
-    elif kind == "rowwise" and tp > 1 and len(shape) == 2:
+    elif kind in ("rowwise", "rowwise_rep") and tp > 1 and len(shape) == 2:
         shape[1] = _chunk(shape[1], tp, tp_rank)
     if fsdp and dp > 1 and shape:
         shape[0] = _chunk(shape[0], dp, dp_rank)

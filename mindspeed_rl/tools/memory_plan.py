@@ -6,13 +6,15 @@ Parameters, gradients and optimizer state are counted with the engine's own
 sharding rules (models/sharding.py: the model config's TP plan, then FSDP's
 dim-0 split), on a meta-device model of the section's family (transformers'
 own class: all parameters, MoE experts included); a test holds these counts
-to the bytes the engine really allocates. Activations are an estimate.
+to the bytes the engine really allocates. Activations are an estimate. With
+TP > 1, what of the model's TP plan runs replicated over tp is listed, one line
+per module pattern (sharding.replicated_over_tp).
 """
 import argparse
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import List
+from typing import List, Tuple
 
 GB = 1024 ** 3
 
@@ -25,6 +27,7 @@ class MemoryPlan:
     reference: int     # frozen reference model (compute dtype)
     gathered: int      # weights all-gathered for log-probs / generate (compute dtype, FSDP only)
     activations: int   # estimate at max_packing_token_size
+    replicated: Tuple[str, ...] = ()  # lines: TP-plan modules that stay replicated over tp
 
     @property
     def total(self) -> int:
@@ -46,7 +49,7 @@ def meta_model(actor_config):
 
 
 def plan_memory(cfgs) -> MemoryPlan:
-    from mindspeed_rl.models.sharding import planned_local_numel, tp_plan
+    from mindspeed_rl.models.sharding import planned_local_numel, replicated_lines, tp_plan
     actor, rl, layout = cfgs.actor_config, cfgs.rl_config, cfgs.plan.layout
     model = meta_model(actor)
     fsdp = layout.engine == "fsdp"
@@ -63,7 +66,8 @@ def plan_memory(cfgs) -> MemoryPlan:
                       + 2 * 4 * tokens * cfg.vocab_size)
     return MemoryPlan(params=4 * local, grads=4 * local, optimizer=8 * local,
                       reference=compute * local if cfgs.plan.uses_reference else 0,
-                      gathered=compute * full_tp if fsdp else 0, activations=activations)
+                      gathered=compute * full_tp if fsdp else 0, activations=activations,
+                      replicated=tuple(replicated_lines(model)) if layout.tp > 1 else ())
 
 
 def table(name: str, cfgs, plan: MemoryPlan, device_gbs: List[float]) -> str:
@@ -78,6 +82,7 @@ def table(name: str, cfgs, plan: MemoryPlan, device_gbs: List[float]) -> str:
             f"  {'activations (estimate)':34s}{plan.activations / GB:8.2f} GB",
             f"  {'total':34s}{plan.total / GB:8.2f} GB"]
     rows.append("  fits: " + ", ".join(f"{gb:g} GB {'yes' if plan.total <= gb * GB else 'NO'}" for gb in device_gbs))
+    rows += [f"  {line}" for line in plan.replicated]
     return "\n".join(rows)
 
 

@@ -11,7 +11,8 @@ from mindspeed_rl.workers.scheduler import launcher
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, Timeouts
 
 
-def _plan(world=2, timeout=60.0):
+def _plan(world=2, timeout=600.0):
+    # generous: starting the workers on a loaded machine may take minutes (the stage deadline is the test's own)
     return RunPlan(Layout(world, world, 1), prompts_per_round=1, n_samples=1, mini_batch_rows=1,
                    epochs=1, train_iters=1, timeouts=Timeouts(timeout, timeout + 60, timeout))
 
@@ -22,7 +23,7 @@ def test_stopped_worker_is_named_after_the_stage_deadline(local_ray):
             dist.barrier()  # rank 0 waits here for the stopped rank 1
             return self.rank
 
-    plan = _plan(world=2, timeout=60.0)
+    plan = _plan(world=2)
     group = launcher.RayActorGroup(Stage, plan, num_cpus_per_worker=0.25, stage_timeout=4.0)
     group_pids = [p for p, _ in group.pids]
     pid = group_pids[1]
@@ -43,7 +44,7 @@ def test_stopped_worker_is_named_after_the_stage_deadline(local_ray):
 
 
 def test_more_ranks_than_the_cluster_has_is_one_line(local_ray):
-    plan = _plan(world=8, timeout=60.0)
+    plan = _plan(world=8)
     with pytest.raises(launcher.PlacementError) as info:
         launcher.RayActorGroup(BaseWorker, plan)
     assert str(info.value) == ("cannot place the workers: the run asks for 8 workers x {CPU: 0.5} = {CPU: 4}; the "

@@ -7,8 +7,14 @@ weights and packed log-probs must equal the reference, and each rank's
 parameter bytes must equal the memory plan's count (sharding.tp_plan of a
 meta-device model of the same config). Also: FSDP reduces gradients in fp32
 when compute is bf16.
+
+A family that fails fails only its own tests: each rank catches a family's
+error, saves it as that family's result and goes on with the next family (a
+deliberately broken family runs first to hold the spawn to it).
 """
 import os
+import time
+import traceback
 
 import pytest
 import torch
@@ -22,8 +28,10 @@ from mindspeed_rl.models.tiny_model import build_tiny_checkpoint
 from ut.models.engine_cases import engine_data, linear_loss_fn
 
 FAMILIES = ("qwen3", "llama", "qwen3_moe", "deepseek_v3")
+BROKEN = "broken"  # a model folder that does not exist: every rank fails to load it
 N = 8
 WORLD = 4
+HANG_GUARD_S = 1800  # only ends a spawn whose ranks wait on each other forever
 
 
 def _engine(model_dir, mesh=None, fsdp=False, autocast_dtype=None):
@@ -62,6 +70,30 @@ def _run(engine, dp, dp_rank):
             "params": sharding.local_bytes(engine.module.parameters())}
 
 
+def _family(rank, model_dir, tp_mesh, fsdp_mesh):
+    out = {}
+    if rank == 0:
+        out["single"] = _run(_engine(model_dir), 1, 0)
+    res = _run(_engine(model_dir, tp_mesh, fsdp=True), 2, rank // 2)
+    res["planned"] = _planned_bytes(model_dir, 2, 2, rank // 2, rank % 2, True)
+    out["tp2dp2"] = res
+    res = _run(_engine(model_dir, fsdp_mesh, fsdp=True), 2, rank % 2)
+    res["planned"] = _planned_bytes(model_dir, 2, 1, rank % 2, 0, True)
+    out["fsdp2"] = res
+    return out
+
+
+def each_saved(jobs, save):
+    """Run each ``name -> fn`` and ``save(name, result)`` at once; an error is saved as that
+    job's result ({"error": traceback}) and the next job runs."""
+    for name, fn in jobs.items():
+        try:
+            result = fn()
+        except Exception:  # noqa: BLE001 - kept as this job's result
+            result = {"error": traceback.format_exc()}
+        save(name, result)
+
+
 def _worker(rank, init_file, model_dirs, out_dir):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
@@ -69,20 +101,26 @@ def _worker(rank, init_file, model_dirs, out_dir):
         tp_mesh = sharding.build_mesh("cpu", 2, 2)  # TP2 x DP2
         pairs = dist.device_mesh.init_device_mesh("cpu", (2, 2), mesh_dim_names=("pair", "dp"))
         fsdp_mesh = pairs["dp"]  # FSDP DP=2 within ranks {0,1} and {2,3}
-        out = {}
-        for family, model_dir in model_dirs.items():
-            if rank == 0:
-                out[(family, "single")] = _run(_engine(model_dir), 1, 0)
-            res = _run(_engine(model_dir, tp_mesh, fsdp=True), 2, rank // 2)
-            res["planned"] = _planned_bytes(model_dir, 2, 2, rank // 2, rank % 2, True)
-            out[(family, "tp2dp2")] = res
-            res = _run(_engine(model_dir, fsdp_mesh, fsdp=True), 2, rank % 2)
-            res["planned"] = _planned_bytes(model_dir, 2, 1, rank % 2, 0, True)
-            out[(family, "fsdp2")] = res
-        out["reduce_dtypes"] = _reduce_dtypes(model_dirs["qwen3"], fsdp_mesh, rank % 2)
-        torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
+        jobs = {f: (lambda d=d: _family(rank, d, tp_mesh, fsdp_mesh)) for f, d in model_dirs.items()}
+        jobs["reduce_dtypes"] = lambda: _reduce_dtypes(model_dirs["qwen3"], fsdp_mesh, rank % 2)
+        each_saved(jobs, lambda name, res: torch.save(res, os.path.join(out_dir, f"{name}.rank{rank}.pt")))
     finally:
         dist.destroy_process_group()
+
+
+def load_results(out_dir, names, lost):
+    """name -> the list of every rank's result, or {"error": ...}: a rank's own error, or
+    ``lost`` (why the spawn ended) where a rank left no result."""
+    out = {}
+    for name in names:
+        paths = [os.path.join(out_dir, f"{name}.rank{r}.pt") for r in range(WORLD)]
+        if not all(os.path.exists(p) for p in paths):
+            out[name] = {"error": f"{name}: no result from every rank; {lost}"}
+            continue
+        got = [torch.load(p) for p in paths]
+        errors = [f"rank {r}: {g['error']}" for r, g in enumerate(got) if isinstance(g, dict) and "error" in g]
+        out[name] = {"error": "\n".join(errors)} if errors else got
+    return out
 
 
 def _reduce_dtypes(model_dir, mesh, dp_rank):
@@ -117,9 +155,30 @@ def _reduce_dtypes(model_dir, mesh, dp_rank):
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("families")
-    model_dirs = {f: build_tiny_checkpoint(root / f, seed=0, model_type=f) for f in FAMILIES}
-    mp.spawn(_worker, args=(str(root / "init"), model_dirs, str(root)), nprocs=WORLD, join=True)
-    return [torch.load(root / f"rank{r}.pt") for r in range(WORLD)]
+    model_dirs = {BROKEN: str(root / "missing")}
+    model_dirs.update({f: build_tiny_checkpoint(root / f, seed=0, model_type=f) for f in FAMILIES})
+    ctx = mp.start_processes(_worker, args=(str(root / "init"), model_dirs, str(root)), nprocs=WORLD,
+                             join=False, start_method="spawn")
+    lost, deadline = "the spawn ended early", time.monotonic() + HANG_GUARD_S
+    try:
+        while not ctx.join(timeout=5):
+            if time.monotonic() > deadline:
+                lost = f"the ranks were still running after {HANG_GUARD_S}s (a rank waits on another)"
+                break
+    except Exception as err:  # noqa: BLE001 - a rank died: what it saved before still counts
+        lost = f"a rank died: {err}"
+    finally:
+        for proc in ctx.processes:
+            if proc.is_alive():
+                proc.terminate()
+    return load_results(str(root), list(model_dirs) + ["reduce_dtypes"], lost)
+
+
+def _ok(results, name):
+    got = results[name]
+    if isinstance(got, dict):
+        pytest.fail(f"{name} failed in the spawned ranks:\n{got['error']}", pytrace=False)
+    return got
 
 
 def _max_diff(a, b):
@@ -129,10 +188,11 @@ def _max_diff(a, b):
 @pytest.mark.parametrize("layout", ["tp2dp2", "fsdp2"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_family_layout_matches_single_process(results, family, layout):
-    ref = results[0][(family, "single")]
+    ranks = _ok(results, family)
+    ref = ranks[0]["single"]
     errors = {"grads": 0.0, "weights": 0.0, "log_probs": 0.0}
-    for rank, got in enumerate(results):
-        res = got[(family, layout)]
+    for rank, got in enumerate(ranks):
+        res = got[layout]
         for name, g in ref["grads"].items():
             torch.testing.assert_close(res["grads"][name], g, atol=1e-5, rtol=1e-5, msg=f"{family} {name}")
         errors["grads"] = max(errors["grads"], _max_diff(list(res["grads"].values()), list(ref["grads"].values())))
@@ -153,8 +213,35 @@ def test_family_layout_matches_single_process(results, family, layout):
 
 
 def test_fsdp_reduces_gradients_in_fp32_under_bf16_compute(results):
-    for got in results:
-        seen = got["reduce_dtypes"]
+    for seen in _ok(results, "reduce_dtypes"):
         assert ("compute_dtype", torch.bfloat16) in seen
         reduced = [d for d in seen if isinstance(d, torch.dtype)]
         assert reduced and all(d == torch.float32 for d in reduced), reduced
+
+
+def test_a_broken_family_fails_only_itself(results):
+    # the broken family ran first on every rank; the families after it still ran
+    assert "error" in results[BROKEN] and "missing" in results[BROKEN]["error"]
+    for name in FAMILIES + ("reduce_dtypes",):
+        got = results[name]
+        assert not isinstance(got, dict) or "no result from every rank" not in got["error"], (name, got)
+
+
+def test_each_saved_keeps_going_after_an_error():
+    saved = {}
+
+    def boom():
+        raise RuntimeError("boom")
+    each_saved({"a": boom, "b": lambda: 2}, saved.__setitem__)
+    assert "RuntimeError: boom" in saved["a"]["error"] and saved["b"] == 2
+
+
+def test_load_results_gives_each_name_its_own_entry(tmp_path):
+    for r in range(WORLD):
+        torch.save({"x": r}, tmp_path / f"good.rank{r}.pt")
+        torch.save({"error": "Traceback: bad"} if r == 1 else {"x": r}, tmp_path / f"bad.rank{r}.pt")
+    torch.save({"x": 0}, tmp_path / "lost.rank0.pt")
+    got = load_results(str(tmp_path), ["good", "bad", "lost"], "a rank died: oops")
+    assert got["good"] == [{"x": r} for r in range(WORLD)]
+    assert got["bad"] == {"error": "rank 1: Traceback: bad"}
+    assert got["lost"] == {"error": "lost: no result from every rank; a rank died: oops"}

@@ -55,3 +55,46 @@ def test_overrides_anywhere_on_the_command_line(capsys):
     # and the override is applied: TP=2 instead of the config's TP=4
     main(["--config", A3, "--device-gb", "64", override])
     assert "TP=2" in capsys.readouterr().out
+
+
+TINY = "configs/grpo_tiny_cpu.yaml"
+UNKNOWN_O_PROJ = {
+    "layers.*.self_attn.q_proj": "colwise", "layers.*.self_attn.k_proj": "colwise",
+    "layers.*.self_attn.v_proj": "colwise", "layers.*.self_attn.o_proj": "future_style",
+    "layers.*.mlp.gate_proj": "colwise", "layers.*.mlp.up_proj": "colwise", "layers.*.mlp.down_proj": "rowwise",
+}
+O_PROJ_LINE = ("tensor parallel: Qwen2 layers.*.self_attn.o_proj style 'future_style' is not applied by this "
+               "engine; the module stays replicated over tp")
+
+
+def _tiny(tp):
+    return [f"rl_config.actor_resource.num_npus={2 * tp}", f"actor_config.tensor_model_parallel_size={tp}",
+            "megatron_training.use_distributed_optimizer=true"]
+
+
+def test_unknown_tp_style_is_planned_replicated_and_listed(monkeypatch, capsys):
+    from transformers import Qwen2Config
+    known = plan_memory(build_configs(load_config(TINY, _tiny(2))))
+    monkeypatch.setattr(Qwen2Config, "base_model_tp_plan", UNKNOWN_O_PROJ)
+    cfgs = build_configs(load_config(TINY, _tiny(2)))  # no error
+    plan = plan_memory(cfgs)
+    assert O_PROJ_LINE in plan.replicated
+    # the attention block stays whole on both tp ranks: more bytes than with the known plan
+    assert plan.params > known.params
+    assert main(["--config", TINY, *_tiny(2)]) == 0
+    assert f"  {O_PROJ_LINE}\n" in capsys.readouterr().out
+    # nothing is split over tp with TP=1: no lines
+    assert plan_memory(build_configs(load_config(TINY, _tiny(1)))).replicated == ()
+
+
+def test_dry_run_lists_what_runs_replicated_over_tp(monkeypatch):
+    import os
+    from transformers import Qwen2Config
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))))
+    from cli.train_grpo import dry_run
+    monkeypatch.setattr(Qwen2Config, "base_model_tp_plan", UNKNOWN_O_PROJ)
+    text = "\n".join(dry_run(TINY, _tiny(2)))
+    assert O_PROJ_LINE in text
+    assert "layers.*.self_attn.q_proj style 'colwise' is not applied: layers.*.self_attn.o_proj in the same " \
+           "block has style 'future_style'" in text

@@ -1,0 +1,248 @@
+"""TP styles of an HF plan: what the engine applies, what stays replicated over tp, and why.
+
+The pure checks run on meta-device models with a plan set on their config. The
+spawned check runs 2 gloo ranks (TP=2) against a single process for plans that
+the installed transformers may not give: DeepSeek-V3's MLA split
+(``mla_kv_a_proj``, transformers 5.25), the ``_rep`` styles, and a style the
+engine has never seen (its block stays whole, the rest is split).
+"""
+import contextlib
+import io
+import os
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from mindspeed_rl.models import sharding
+from mindspeed_rl.models.causal_lm import CausalLMEngine
+from mindspeed_rl.models.tiny_model import build_tiny_checkpoint, tiny_config
+from ut.models.engine_cases import engine_data, linear_loss_fn
+
+N = 8
+LLAMA = {
+    "layers.*.self_attn.q_proj": "colwise", "layers.*.self_attn.k_proj": "colwise",
+    "layers.*.self_attn.v_proj": "colwise", "layers.*.self_attn.o_proj": "rowwise",
+    "layers.*.mlp.gate_proj": "colwise", "layers.*.mlp.up_proj": "colwise", "layers.*.mlp.down_proj": "rowwise",
+}
+# DeepSeek-V3's plan in transformers 5.25 (MLA split by heads)
+DEEPSEEK_MLA = {
+    "layers.*.self_attn.q_proj": "colwise", "layers.*.self_attn.q_b_proj": "colwise",
+    "layers.*.self_attn.kv_a_proj_with_mqa": "mla_kv_a_proj", "layers.*.self_attn.kv_b_proj": "colwise",
+    "layers.*.self_attn.o_proj": "rowwise",
+    "layers.*.mlp.shared_experts.gate_proj": "colwise", "layers.*.mlp.shared_experts.up_proj": "colwise",
+    "layers.*.mlp.shared_experts.down_proj": "rowwise",
+    "layers.*.mlp.gate_proj": "colwise", "layers.*.mlp.up_proj": "colwise", "layers.*.mlp.down_proj": "rowwise",
+}
+UNKNOWN = {**LLAMA, "layers.*.self_attn.o_proj": "future_style"}
+REP = {**LLAMA, "layers.*.mlp.gate_proj": "colwise_rep", "layers.*.mlp.up_proj": "colwise_rep",
+       "layers.*.mlp.down_proj": "rowwise_rep"}
+CASES = {"deepseek_mla": ("deepseek_v3", DEEPSEEK_MLA), "rep_styles": ("llama", REP), "unknown": ("llama", UNKNOWN)}
+
+
+def _meta(family, plan, **overrides):
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(tiny_config(family, **overrides))
+    model.config.base_model_tp_plan = dict(plan)
+    return model
+
+
+def _layer_kinds(plan):
+    # "self_attn.q_proj" -> kind, from layer 0 and (DeepSeek's MoE layer) layer 1
+    return {name.split(".", 3)[3]: kind for name, kind in sorted(plan.items())}
+
+
+def test_unknown_style_keeps_its_block_whole_and_is_named():
+    plan = {**DEEPSEEK_MLA, "layers.*.self_attn.kv_a_proj_with_mqa": "future_mla"}
+    model = _meta("deepseek_v3", plan)
+    kinds = _layer_kinds(sharding.tp_plan(model))  # does not raise
+    assert not any(name.startswith("self_attn.") for name in kinds)  # the attention block stays whole
+    assert kinds["mlp.shared_experts.gate_proj"] == "colwise" and kinds["mlp.down_proj"] == "rowwise"
+    replicated = sharding.replicated_over_tp(model)
+    assert replicated[0] == ("layers.*.self_attn.kv_a_proj_with_mqa", "future_mla", "is not applied by this engine")
+    assert {r.pattern for r in replicated} == {"layers.*.self_attn.kv_a_proj_with_mqa", "layers.*.self_attn.q_b_proj",
+                                             "layers.*.self_attn.kv_b_proj", "layers.*.self_attn.o_proj"}
+    lines = sharding.replicated_lines(model)
+    assert lines[0] == ("tensor parallel: DeepseekV3 layers.*.self_attn.kv_a_proj_with_mqa style 'future_mla' is "
+                        "not applied by this engine; the module stays replicated over tp")
+    assert ("tensor parallel: DeepseekV3 layers.*.self_attn.o_proj style 'rowwise' is not applied: "
+            "layers.*.self_attn.kv_a_proj_with_mqa in the same block has style 'future_mla', which is not "
+            "applied, so the block stays whole; the module stays replicated over tp") in lines
+    # the heads are not split, so a head count TP does not divide is fine
+    assert not sharding.splits_attention(model)
+    six_heads = _meta("deepseek_v3", plan, num_attention_heads=6, num_key_value_heads=6)
+    sharding.check_tp_divides(six_heads, 4)
+    with pytest.raises(ValueError, match="does not divide the model's num_attention_heads=6"):
+        sharding.check_tp_divides(_meta("deepseek_v3", DEEPSEEK_MLA, num_attention_heads=6, num_key_value_heads=6), 4)
+
+
+def test_config_alone_gives_the_same_patterns_without_raising():
+    config = tiny_config("deepseek_v3")
+    config.base_model_tp_plan = {**DEEPSEEK_MLA, "layers.*.self_attn.kv_a_proj_with_mqa": "future_mla",
+                                 "norm": "sequence_parallel"}
+    by_config = {(r.pattern, r.style) for r in sharding.replicated_over_tp(config)}
+    model = _meta("deepseek_v3", config.base_model_tp_plan)
+    # by pattern it also names q_proj, which this model lacks (q_lora_rank is set)
+    assert by_config - {(r.pattern, r.style) for r in sharding.replicated_over_tp(model)} == {
+        ("layers.*.self_attn.q_proj", "colwise")}
+    assert ("norm", "sequence_parallel") in by_config
+    assert not sharding.splits_attention(config)
+
+
+def test_mla_style_is_applied_and_keeps_the_weight_whole():
+    model = _meta("deepseek_v3", DEEPSEEK_MLA)
+    plan = sharding.tp_plan(model)
+    kinds = _layer_kinds(plan)
+    assert kinds["self_attn.kv_a_proj_with_mqa"] == "mla_kv_a" and kinds["self_attn.q_b_proj"] == "colwise"
+    assert sharding.replicated_over_tp(model) == []
+    assert sharding.splits_attention(model)
+    name = "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"
+    shape = tuple(model.get_parameter(name).shape)
+    assert sharding.planned_local_numel(name, shape, 1, 2, fsdp=False, plan=plan) == shape[0] * shape[1]
+    # a config without qk_rope_head_dim cannot have it applied: the attention block stays whole
+    llama = _meta("llama", {**LLAMA, "layers.*.self_attn.k_proj": "mla_kv_a_proj"})
+    assert not any(".self_attn." in n for n in sharding.tp_plan(llama))
+    assert sharding.replicated_over_tp(llama)[0] == ("layers.*.self_attn.k_proj", "mla_kv_a_proj",
+                                                     "is not applied: the config has no qk_rope_head_dim")
+
+
+def test_moe_expert_styles_leave_the_experts_whole_and_the_rest_split():
+    # transformers 5.19's Qwen3-MoE expert entries
+    plan = {**LLAMA, "layers.*.mlp.experts": "moe_tp_experts", "layers.*.mlp.experts.gate_up_proj": "packed_colwise",
+            "layers.*.mlp.experts.down_proj": "rowwise"}
+    model = _meta("qwen3_moe", plan)
+    kinds = _layer_kinds(sharding.tp_plan(model))
+    assert kinds["self_attn.o_proj"] == "rowwise" and not any(".experts" in n for n in kinds)
+    reasons = {r.pattern: r.reason for r in sharding.replicated_over_tp(model)}
+    assert "the MoE experts stay whole" in reasons["layers.*.mlp.experts"]
+    assert reasons["layers.*.mlp.experts.down_proj"] == ("is not applied: it lies inside layers.*.mlp.experts, "
+                                                         "which stays whole")
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "llama", "qwen3_moe", "deepseek_v3"])
+def test_every_style_the_installed_transformers_gives_is_applied_or_named(family):
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(tiny_config(family))
+    plan = sharding.tp_plan(model)  # never raises
+    named = {(r.pattern, r.style) for r in sharding.replicated_over_tp(model)}
+    names = [n for n, _ in model.model.named_modules()] + [n for n, _ in model.model.named_parameters()]
+    for pattern, style in model.config.base_model_tp_plan.items():
+        targets = {n for n in names if sharding._match(n, pattern)}
+        if not targets:
+            continue  # nothing of that name in the tiny model (e.g. DeepSeek's q_proj with q_lora_rank)
+        applied = {n for n in targets if f"model.{n}" in plan}
+        # each (pattern, style) is applied everywhere, or named as replicated
+        assert applied == targets or (pattern, style) in named, (pattern, style)
+
+
+# ---------------------------------------------------------------- against one process, TP=2
+
+
+def _engine(model_dir, mesh=None):
+    return CausalLMEngine(model_dir, torch.device("cpu"), use_remove_padding=True, lr=1e-2, eps=1e-2, seed=0,
+                          mesh=mesh)
+
+
+def _full(t):
+    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().clone()
+
+
+def _run(engine):
+    prompts, responses = engine_data(N)
+    tokens, rows = sum(r.numel() for r in responses), list(range(N))
+    micro = [[0, 1, 2], list(range(3, N))]
+    engine.compute_grads(prompts, responses, micro, linear_loss_fn(rows), tokens, with_entropy=False)
+    grads = {n: _full(p.grad) for n, p in engine.module.named_parameters()}
+    engine.train_step(prompts, responses, micro, linear_loss_fn(rows), tokens, with_entropy=False)
+    log_probs, _ = engine.log_probs(prompts, responses, [rows])
+    weights = {n: _full(p) for n, p in engine.module.named_parameters()}
+    return {"grads": grads, "weights": weights, "log_probs": log_probs}
+
+
+@contextlib.contextmanager
+def _plan_of(family, plan):
+    cls = type(AutoConfig.for_model(family))
+    own = "base_model_tp_plan" in cls.__dict__
+    saved = cls.__dict__.get("base_model_tp_plan")
+    cls.base_model_tp_plan = plan
+    try:
+        yield
+    finally:
+        if own:
+            cls.base_model_tp_plan = saved
+        else:
+            del cls.base_model_tp_plan
+
+
+def _case(rank, family, plan, model_dir, mesh):
+    out = {}
+    if rank == 0:
+        out["single"] = _run(_engine(model_dir))
+    err = io.StringIO()
+    with _plan_of(family, plan), contextlib.redirect_stderr(err):
+        engine = _engine(model_dir, mesh)
+        meta = _meta(family, plan)
+    out["tp2"] = _run(engine)
+    out["said"] = err.getvalue()
+    out["params"] = sharding.local_bytes(engine.module.parameters())
+    out["planned"] = 4 * sum(sharding.planned_local_numel(n, tuple(p.shape), 1, 2, 0, rank, False,
+                                                          plan=sharding.tp_plan(meta))
+                             for n, p in meta.named_parameters())
+    return out
+
+
+def _worker(rank, init_file, model_dirs, out_dir):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        mesh = sharding.build_mesh("cpu", 1, 2)
+        for name, (family, plan) in CASES.items():
+            try:
+                res = _case(rank, family, plan, model_dirs[family], mesh)
+            except Exception:  # noqa: BLE001 - this case's result
+                res = {"error": traceback.format_exc()}
+            torch.save(res, os.path.join(out_dir, f"{name}.rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def tp2(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tp_styles")
+    model_dirs = {f: build_tiny_checkpoint(root / f, seed=0, model_type=f) for f in ("llama", "deepseek_v3")}
+    mp.spawn(_worker, args=(str(root / "init"), model_dirs, str(root)), nprocs=2, join=True)
+    return {name: [torch.load(root / f"{name}.rank{r}.pt") for r in range(2)] for name in CASES}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_tp2_matches_single_process(tp2, case):
+    ranks = tp2[case]
+    for got in ranks:
+        assert "error" not in got, got.get("error")
+    ref = ranks[0]["single"]
+    for rank, got in enumerate(ranks):
+        res = got["tp2"]
+        for kind in ("grads", "weights"):
+            for name, t in ref[kind].items():
+                torch.testing.assert_close(res[kind][name], t, atol=1e-5, rtol=1e-5, msg=f"{case} {kind} {name}")
+        for a, b in zip(res["log_probs"], ref["log_probs"]):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        assert got["params"] == got["planned"], (case, rank)  # the memory plan's count is what is held
+    family, plan = CASES[case]
+    meta = _meta(family, plan)
+    sharded = sharding.tp_plan(meta)
+    if case == "unknown":
+        # the engine named what it left whole (rank 0 speaks), and split the MLP
+        assert ("tensor parallel: Llama layers.*.self_attn.o_proj style 'future_style' is not applied by this "
+                "engine; the module stays replicated over tp") in ranks[0]["said"]
+        assert "tensor parallel:" not in ranks[1]["said"]
+        assert not any(".self_attn." in n for n in sharded) and any(".mlp." in n for n in sharded)
+    else:
+        assert any(".self_attn." in n for n in sharded) and any(".mlp." in n for n in sharded)
+    if case == "deepseek_mla":
+        assert "mla_kv_a" in sharded.values()
+    if case == "rep_styles":
+        assert {"colwise_rep", "rowwise_rep"} <= set(sharded.values())
