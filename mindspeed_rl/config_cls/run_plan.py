@@ -271,12 +271,20 @@ def _check_layout(actor_config, rl_config, generate_config) -> Layout:
     return Layout(world_size=world, dp=dp, tp=tp, engine=engine, asked=asked, note=note)
 
 
+def _family_splits_attention(family: str) -> bool:
+    """Whether the installed transformers' TP plan of ``family`` splits attention heads (models/sharding.py)."""
+    from transformers import AutoConfig
+    from mindspeed_rl.models.sharding import splits_attention
+    return splits_attention(AutoConfig.for_model(family))
+
+
 def _check_tp_divides_model(cfg, tp):
     """TP must split evenly what the engine splits for the model's family (its HF ``base_model_tp_plan``,
     models/sharding.py; checked again on the model by the engine): attention heads and KV heads, except
-    DeepSeek-V3's MLA (left whole on TP peers); the dense MLP where the family has dense layers (none in
+    DeepSeek-V3's MLA where transformers' plan leaves it whole; the dense MLP where the family has dense layers (none in
     Qwen3-MoE; DeepSeek-V3's first_k_dense_replace, HF default 3); DeepSeek-V3's shared experts. Routed
-    experts are never split over TP (FSDP shards them over DP)."""
+    experts are never split over TP (FSDP shards them over DP). DeepSeek-V3's heads count when the installed
+    transformers' plan splits MLA (from 5.25)."""
     from mindspeed_rl.config_cls.model_arch import has_model_section, model_family
     if tp <= 1 or not has_model_section(cfg):
         return
@@ -285,6 +293,8 @@ def _check_tp_divides_model(cfg, tp):
     if family != "deepseek_v3":
         kv = cfg.num_query_groups if cfg.group_query_attention else cfg.num_attention_heads
         sizes += [("num_attention_heads", cfg.num_attention_heads), ("num_query_groups", kv)]
+    elif _family_splits_attention(family):  # transformers' DeepSeek-V3 plan splits MLA by heads (5.25 on)
+        sizes.append(("num_attention_heads", cfg.num_attention_heads))
     dense = {"qwen3_moe": 0, "deepseek_v3": getattr(cfg, "first_k_dense_replace", None)}.get(family, 1)
     if dense is None or dense > 0:
         sizes.append(("ffn_hidden_size", cfg.ffn_hidden_size))

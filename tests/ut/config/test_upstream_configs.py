@@ -126,9 +126,6 @@ def test_tp_divisibility_is_what_the_engine_splits_per_family(config, sizes, ref
             assert re.search("tensor_model_parallel_size=2 does not divide the model's " + re.escape(refused),
                              str(err)), str(err)
         else:
-            if config == DEEPSEEK and "num_attention_heads" in refused:
-                pytest.xfail("config_cls/run_plan.py (_check_tp_divides_model) still takes DeepSeek-V3's MLA as "
-                             "whole on TP peers; this transformers' plan splits it by heads")
             pytest.fail("the config's TP check let through a layout the engine refuses")
     else:
         assert _build(path, *tp2)[0].plan.layout.tp == 2
