@@ -9,9 +9,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-/tmp/msrl_newest_venv}
 python3 -m venv "$VENV"
-"$VENV/bin/pip" install --quiet torch==2.13.0
+"$VENV/bin/pip" install --quiet torch==2.13.0 packaging
 "$VENV/bin/pip" install --quiet --no-deps -e .
-NAMES=$("$VENV/bin/python" scripts/dep_bounds.py --names)
+NAMES=$("$VENV/bin/python" scripts/dep_bounds.py --names) || exit 2
 # shellcheck disable=SC2086
 "$VENV/bin/pip" install --quiet --upgrade $NAMES pytest hypothesis
 "$VENV/bin/python" -m pytest tests/ut tests/st patches/tests -q -p no:cacheprovider "$@"

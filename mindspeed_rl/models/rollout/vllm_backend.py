@@ -107,10 +107,10 @@ class VLLMRollout(RolloutBackend):
             logprobs=0 if self.settings.returns_log_probs else None, detokenize=False)
 
     def generate(self, prompts, sampling, seeds, eos_id, pad_id) -> RolloutResult:
+        if self.stale:  # first, even with no prompts: the gathers are collectives over the actor's mesh
+            self.sync_weights()
         if not prompts:
             return RolloutResult([], [] if self.settings.returns_log_probs else None)
-        if self.stale:
-            self.sync_weights()
         requests = [{"prompt_token_ids": p.reshape(-1).tolist()} for p in prompts]
         params = [self._params(sampling, s, eos_id) for s in seeds]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
