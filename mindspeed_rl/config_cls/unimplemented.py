@@ -181,7 +181,7 @@ KEYS: List[Key] = [
     Key("generate_config", "ascend_scheduler_config_enabled", WARN, _VLLM),
     Key("sampling_config", "logprobs", WARN, "rollout_backend=hf returns tokens only (with vLLM, the sampled "
         "tokens' log-probs give actor/rollout_log_prob_*); the trainer recomputes log-probs",
-        ignored=lambda v: v is not None, applies=_hf),
+        applies=_hf),
     Key("sampling_config", "detokenize", WARN, "rollout returns token ids only"),
 ]
 
