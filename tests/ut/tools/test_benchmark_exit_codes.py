@@ -58,3 +58,31 @@ def test_smoke_table_has_a_row_per_dp_stage_and_skips_resume_markers(tmp_path, c
     out = capsys.readouterr().out
     for name in names:
         assert any(line.split()[:2] == [name, "400.0"] for line in out.splitlines()), (name, out)
+
+
+@pytest.fixture(scope="module")
+def rollout_quick(tmp_path_factory):
+    """One real `bench_rollout.py --quick` (tiny and 14M models, both backends; ~2 min on 2 cores)."""
+    pytest.importorskip("vllm")
+    import json
+    bench = _load("bench_rollout")
+    out = tmp_path_factory.mktemp("rollout_quick")
+    code = bench.main(["--quick", "--out-dir", str(out)])
+    return bench, code, json.loads((out / "bench_rollout.json").read_text())
+
+
+@pytest.mark.parametrize("break_target", [False, True])
+def test_rollout_quick_exit_code_follows_the_fail_lines(rollout_quick, monkeypatch, capsys, tmp_path, break_target):
+    bench, code, res = rollout_quick
+    status = {t["name"]: t["status"] for t in res["targets"]}
+    assert status["150M GRPO iteration"] == "INFO" and status["150M rollout float32"] == "INFO"
+    assert status["14M rollout"] in ("PASS", "FAIL") and status["full length"] in ("PASS", "FAIL")
+    if not break_target:
+        assert code == (1 if "FAIL" in status.values() else 0)
+        return
+    # the same measurements judged against a 1000x target: the 14M rollout must FAIL, exit 1
+    monkeypatch.setattr(bench, "measure", lambda args, tmp: dict(res))
+    code = bench.main(["--quick", "--out-dir", str(tmp_path), "--target-scale", "1000"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "| 14M rollout | FAIL |" in out and "targets FAILED: " in err and "14M rollout" in err
