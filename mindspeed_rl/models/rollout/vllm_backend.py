@@ -14,7 +14,6 @@ from torch.distributed.tensor import DTensor
 
 from mindspeed_rl.models.rollout.base import RolloutBackend, RolloutResult
 
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _MIB = 2 ** 20
 
 
@@ -51,7 +50,9 @@ class VLLMRollout(RolloutBackend):
         # vLLM's start-up chatter (and its tokenizer-less chat warm-up warning) off unless asked for
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         self.settings, self.actor, self.device = spec, actor, device
-        self.dtype = _DTYPES.get(spec.dtype, actor_dtype(actor))
+        # spec.dtype is a torch dtype name (rollout_spec.DTYPES), or 'auto': the actor's own
+        self.dtype = (next(actor.module.parameters()).dtype if spec.dtype == "auto"
+                      else getattr(torch, spec.dtype))
         self.stale = False  # the engine starts from model_path, the actor's starting weights
         ranks_on_node = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
         local_rank = int(os.environ.get("LOCAL_RANK", rank))
@@ -129,6 +130,3 @@ class VLLMRollout(RolloutBackend):
         if llm is not None:
             del llm
 
-
-def actor_dtype(actor) -> torch.dtype:
-    return next(actor.module.parameters()).dtype
