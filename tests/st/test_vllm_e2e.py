@@ -96,3 +96,8 @@ def test_worker_killed_while_vllm_generates_is_named_in_one_line(tmp_path):
     assert rc == 1 and left == 0
     assert line.startswith("error: worker rank ") and "failed in 'actor_rollout'" in line, line
     assert not run_.traceback()
+    # on-policy (one mini-batch): the drift compares vLLM with the update's own first pass
+    import json
+    with open(tmp_path / "out" / "metrics.jsonl") as f:
+        first = next(r for r in map(json.loads, f) if r.get("iteration") == 1)
+    assert 0 <= first["actor/rollout_log_prob_abs_diff"] < 1e-3
