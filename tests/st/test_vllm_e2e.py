@@ -83,11 +83,11 @@ def test_worker_killed_while_vllm_generates_is_named_in_one_line(tmp_path):
             "--output-dir", str(tmp_path / "out"), "megatron_training.train_iters=3",
             "megatron_training.global_batch_size=64", "megatron_training.seq_length=64",
             "generate_config.sampling_config.max_tokens=56", "rl_config.mini_batch_size=256",
-            "generate_config.max_num_seqs=8", *VLLM[:2], *VLLM[3:]]
+            "generate_config.max_num_seqs=4", *VLLM[:2], *VLLM[3:]]
     run_ = Run(args, str(tmp_path / "log.txt"))
     hit = run_.wait_line(lambda text: text.startswith("iter 1:"), 600)
     assert hit, "the run did not finish its first iteration"
-    time.sleep(0.5)  # iteration 2 starts with the rollout
+    time.sleep(0.1)  # iteration 2 starts with the rollout (several seconds of generation)
     pids = run_.actors("ray::IntegratedWorker")
     assert pids
     os.kill(pids[0], signal.SIGKILL)
