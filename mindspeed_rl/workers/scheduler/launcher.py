@@ -181,17 +181,18 @@ class RayActorGroup:
             if not ready:
                 silent = sorted(index[r] for r in pending)
                 key = "rl_config.stage_timeout" if timeout == self.stage_timeout else "worker start"
+                who = self._ranks(silent)  # read the ranks' states before the kill changes them
                 self.kill()
                 raise StageTimeoutError(
                     f"'{name}' did not finish within {timeout:g}s ({key}): "
-                    f"{self._ranks(silent)} did not answer"
+                    f"{who} did not answer"
                     + (f", rank(s) {sorted(results)} finished" if results else "") + "; the run stops")
             try:
                 results[index[ready[0]]] = ray.get(ready[0])
             except Exception:  # a rank died or raised
                 rank, err, silent = self._root_cause(ready[0], pending, index)
-                self.kill()
                 also = f" ({self._ranks(silent)} did not answer either)" if silent else ""
+                self.kill()
                 raise RuntimeError(f"worker rank {rank} failed in '{name}': {brief(err)}{also}") from err
         return [results[i] for i in range(len(refs))]
 
