@@ -1,8 +1,13 @@
-"""A HuggingFace causal LM wrapped for GRPO: scoring, training with micro-batches under DDP, and sampling.
+"""A HuggingFace causal LM wrapped for RL: scoring, training with micro-batches under DDP / FSDP, and sampling.
 
 Samples are (prompt, response) pairs of 1-D token tensors; the model reads prompt + response and every response
 token t is scored by the logits at t - 1. A micro-batch is a list of sample indexes run in one forward, either
 packed into one row (use_remove_padding) or right padded.
+
+With ``head="value"`` the same engine holds a value model (PPO's critic): the checkpoint is loaded as
+transformers' ``<Family>ForTokenClassification`` with one output (the LM head dropped, a fresh ``score`` head
+added) and response token t gets the value read at t - 1, the same alignment as its log-prob. Its loss_fn
+receives per-sample values instead of log-probs (and None for entropies).
 
 Gradient contract of `compute_grads` / `train_step`: for every micro-batch loss_fn returns the SUM of its
 per-token losses; the engine back-propagates `loss_sum * dp_size / token_count` where token_count is the
@@ -17,7 +22,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from transformers import AutoModelForCausalLM, GenerationConfig
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, GenerationConfig
+from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
 
 from mindspeed_rl.models import sharding
 from mindspeed_rl.models.packing import (
@@ -25,10 +31,28 @@ from mindspeed_rl.models.packing import (
     pack_sequences,
     pad_sequences,
     response_log_probs_from_logits,
+    response_values_from_outputs,
 )
 
-# loss_fn(sample_indexes, log_probs, entropies) -> (loss_sum, metrics)
+# loss_fn(sample_indexes, log_probs, entropies) -> (loss_sum, metrics); a value engine passes (indexes, values, None)
 LossFn = Callable[[List[int], List[Tensor], Optional[List[Tensor]]], Tuple[Tensor, Dict[str, float]]]
+HEADS = ("lm", "value")
+
+
+def load_value_model(model_path: str, **load_kwargs) -> torch.nn.Module:
+    """The checkpoint as a one-output token-classification model (LM head dropped, new ``score`` head).
+
+    The head's dropout is off, so training forwards are deterministic and equal on every rank.
+    """
+    trust = bool(load_kwargs.get("trust_remote_code", False))
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust)
+    remote = trust and "AutoModelForTokenClassification" in (getattr(config, "auto_map", None) or {})
+    if type(config) not in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING and not remote:
+        raise ValueError(f"model family {config.model_type!r} has no ForTokenClassification class in the "
+                         f"installed transformers, so it cannot be loaded as a value model")
+    config.num_labels = 1
+    config.classifier_dropout = 0.0
+    return AutoModelForTokenClassification.from_pretrained(model_path, config=config, **load_kwargs)
 
 
 def _to_float(value) -> float:
@@ -39,7 +63,7 @@ def _to_float(value) -> float:
 
 
 class CausalLMEngine:
-    """One data-parallel replica of a causal LM (actor or reference)."""
+    """One data-parallel replica of a causal LM (actor or reference) or of a value model (critic)."""
 
     def __init__(
         self,
@@ -62,6 +86,8 @@ class CausalLMEngine:
         trust_remote_code: bool = False,
         mesh=None,
         fsdp: bool = False,
+        head: str = "lm",
+        metrics_prefix: Optional[str] = None,
     ):
         """``dtype`` is the weights' dtype; ``autocast_dtype`` (e.g. bf16 with
         fp32 weights) runs forwards in lower precision while the optimizer
@@ -72,7 +98,14 @@ class CausalLMEngine:
         over tp with DTensor; ``fsdp`` also shards parameters, gradients and
         optimizer state over dp (FSDP2, bf16 compute via its mixed-precision
         policy when ``autocast_dtype`` is set); without ``fsdp`` gradients are
-        averaged over dp. Without a mesh, DDP over ``process_group``."""
+        averaged over dp. Without a mesh, DDP over ``process_group``.
+        ``head`` is "lm" (causal LM) or "value" (value model, see the module
+        docstring); ``metrics_prefix`` names train_step's metrics ("actor" for
+        an LM, "critic" for a value model by default)."""
+        if head not in HEADS:
+            raise ValueError(f"head must be one of {HEADS}, got {head!r}")
+        self.head = head
+        self.metrics_prefix = metrics_prefix or ("critic" if head == "value" else "actor")
         torch.manual_seed(seed)
         self.autocast_dtype = autocast_dtype
         self.device = torch.device(device)
@@ -86,7 +119,10 @@ class CausalLMEngine:
         load_kwargs = {"dtype": dtype, "trust_remote_code": trust_remote_code}
         if attn_implementation is not None:
             load_kwargs["attn_implementation"] = attn_implementation
-        module = AutoModelForCausalLM.from_pretrained(model_path, **load_kwargs)
+        if head == "value":
+            module = load_value_model(model_path, **load_kwargs)
+        else:
+            module = AutoModelForCausalLM.from_pretrained(model_path, **load_kwargs)
         module.to(self.device)
         module.requires_grad_(trainable)
         module.eval()
@@ -158,16 +194,13 @@ class CausalLMEngine:
             r_lens.append(r.numel())
         return seqs, p_lens, r_lens
 
-    def _micro_batch_scores(
-        self,
-        model: torch.nn.Module,
-        prompts: Sequence[Tensor],
-        responses: Sequence[Tensor],
-        indexes: List[int],
-        with_entropy: bool,
-        temperature: float,
-    ) -> Tuple[List[Tensor], Optional[List[Tensor]]]:
-        """One forward of the micro-batch; per-sample response log-probs (and entropies) in `indexes` order."""
+    def _need(self, head: str, what: str) -> None:
+        if self.head != head:
+            raise RuntimeError(f"{what} needs a head={head!r} engine; this one has head={self.head!r}")
+
+    def _forward(self, model: torch.nn.Module, prompts: Sequence[Tensor], responses: Sequence[Tensor],
+                 indexes: List[int]) -> Tuple[Tensor, Tensor, List[int], List[int]]:
+        """One forward of the micro-batch: (head output (B, T, n), input_ids, flat response starts, lengths)."""
         seqs, p_lens, r_lens = self._sequences(prompts, responses, indexes)
         if self.use_remove_padding:
             input_ids, position_ids, cu_seqlens = pack_sequences(seqs)
@@ -181,13 +214,32 @@ class CausalLMEngine:
             kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
             starts = [k * width + p_lens[k] for k in range(len(seqs))]
         with self._autocast():
-            logits = model(**kwargs).logits
+            out = model(**kwargs).logits
+        return out, input_ids, starts, r_lens
+
+    def _micro_batch_scores(
+        self,
+        model: torch.nn.Module,
+        prompts: Sequence[Tensor],
+        responses: Sequence[Tensor],
+        indexes: List[int],
+        with_entropy: bool,
+        temperature: float,
+    ) -> Tuple[List[Tensor], Optional[List[Tensor]]]:
+        """One forward of the micro-batch; per-sample response log-probs (and entropies) in `indexes` order."""
+        logits, input_ids, starts, r_lens = self._forward(model, prompts, responses, indexes)
         out = response_log_probs_from_logits(
             logits, input_ids, starts, r_lens, with_entropy=with_entropy, temperature=temperature
         )
         if with_entropy:
             return out[0], out[1]
         return out, None
+
+    def _micro_batch_values(self, model: torch.nn.Module, prompts: Sequence[Tensor], responses: Sequence[Tensor],
+                            indexes: List[int]) -> List[Tensor]:
+        """One forward of the micro-batch; per-sample response-token values (float32) in `indexes` order."""
+        outputs, _, starts, r_lens = self._forward(model, prompts, responses, indexes)
+        return response_values_from_outputs(outputs, starts, r_lens)
 
     def _empty_loss(self) -> Tensor:
         # zero loss that still touches every parameter, so DDP sees a normal backward
@@ -212,6 +264,7 @@ class CausalLMEngine:
         Each non-empty micro-batch is one forward of the unwrapped module (no DDP traffic).
         Samples not named in any micro-batch get None.
         """
+        self._need("lm", "log_probs")
         self.module.eval()
         log_probs: List[Optional[Tensor]] = [None] * len(responses)
         entropies: Optional[List[Optional[Tensor]]] = [None] * len(responses) if with_entropy else None
@@ -226,6 +279,30 @@ class CausalLMEngine:
                     if with_entropy:
                         entropies[i] = ents[k].detach().cpu()
         return log_probs, entropies
+
+    @torch.no_grad()
+    def values(
+        self,
+        prompts: List[Tensor],
+        responses: List[Tensor],
+        micro_batches: List[List[int]],
+    ) -> List[Optional[Tensor]]:
+        """Value of every response token per sample (value engine), in the original sample order, as CPU float32.
+
+        The value of response token j is the head output at the position before it. Samples not named in
+        any micro-batch get None.
+        """
+        self._need("value", "values")
+        self.module.eval()
+        out: List[Optional[Tensor]] = [None] * len(responses)
+        with self._gathered():
+            for mb in micro_batches:
+                mb = [int(i) for i in mb]
+                if not mb:
+                    continue
+                for i, v in zip(mb, self._micro_batch_values(self.module, prompts, responses, mb)):
+                    out[i] = v.detach().cpu()
+        return out
 
     # ------------------------------------------------------------------ training
 
@@ -251,6 +328,7 @@ class CausalLMEngine:
 
         Data-parallel gradients are reduced once, on the last micro-batch. An empty micro-batch runs a zero
         loss so every rank runs the same number of backward passes. Returns loss_fn's metrics averaged over the non-empty micro-batches.
+        A value engine calls loss_fn(indexes, values, None) (with_entropy and temperature are unused).
         """
         if not self.trainable:
             raise RuntimeError("this engine was built with trainable=False")
@@ -265,10 +343,13 @@ class CausalLMEngine:
             if isinstance(self.module, sharding.FSDPModule):
                 self.module.set_requires_gradient_sync(last)  # reduce once, after the last
             if mb:
-                lps, ents = self._micro_batch_scores(
-                    self.model, prompts, responses, mb, with_entropy, temperature
-                )
-                loss_sum, metrics = loss_fn(mb, lps, ents)
+                if self.head == "value":
+                    outs, ents = self._micro_batch_values(self.model, prompts, responses, mb), None
+                else:
+                    outs, ents = self._micro_batch_scores(
+                        self.model, prompts, responses, mb, with_entropy, temperature
+                    )
+                loss_sum, metrics = loss_fn(mb, outs, ents)
                 for key, value in (metrics or {}).items():
                     sums[key] = sums.get(key, 0.0) + _to_float(value)
                     counts[key] = counts.get(key, 0) + 1
@@ -291,8 +372,9 @@ class CausalLMEngine:
     ) -> Dict[str, float]:
         """One optimizer step over the mini-batch: compute_grads, clip, AdamW step, clear grads.
 
-        A non-finite grad norm skips the optimizer step (counted in "actor/skipped_steps", cumulative).
-        Adds "actor/grad_norm", "actor/lr" and "actor/skipped_steps" to the metrics.
+        A non-finite grad norm skips the optimizer step (counted in "<prefix>/skipped_steps", cumulative).
+        Adds "<prefix>/grad_norm", "<prefix>/lr" and "<prefix>/skipped_steps" to the metrics, <prefix>
+        being ``metrics_prefix`` ("actor" or "critic").
         """
         metrics = self.compute_grads(
             prompts, responses, micro_batches, loss_fn, token_count, dp_size, with_entropy, temperature
@@ -300,18 +382,19 @@ class CausalLMEngine:
         params = self._trainable_params()
         max_norm = self.clip_grad if self.clip_grad and self.clip_grad > 0 else float("inf")
         grad_norm = sharding.clip_grads(params, max_norm, self.mesh)
-        metrics["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
+        prefix = self.metrics_prefix
+        metrics[f"{prefix}/lr"] = float(self.optimizer.param_groups[0]["lr"])
         if math.isfinite(grad_norm):
             self.optimizer.step()
         else:
             self.skipped_steps += 1  # a non-finite gradient norm: no update
-        metrics["actor/skipped_steps"] = float(self.skipped_steps)
+        metrics[f"{prefix}/skipped_steps"] = float(self.skipped_steps)
         self.zero_grad()
         self.steps += 1
         if self.lr_schedule is not None:
             for group in self.optimizer.param_groups:
                 group["lr"] = self.lr_schedule(self.steps)
-        metrics["actor/grad_norm"] = grad_norm
+        metrics[f"{prefix}/grad_norm"] = grad_norm
         return metrics
 
     # ------------------------------------------------------------------ sampling
@@ -341,6 +424,7 @@ class CausalLMEngine:
         Each response holds the new tokens up to and including the first EOS, or max_new_tokens tokens.
         Only the given sampling settings apply (the checkpoint's generation_config is ignored).
         """
+        self._need("lm", "generate")
         if len(prompts) == 0:
             return []
         pad = self.pad_id if pad_id is None else int(pad_id)

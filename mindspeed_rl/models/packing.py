@@ -1,4 +1,4 @@
-"""Pure tensor helpers to batch variable-length sequences and read response log-probs.
+"""Pure tensor helpers to batch variable-length sequences and read response log-probs (or values).
 
 Two layouts are supported:
 - packed ("remove padding"): every sequence of a micro-batch is concatenated into one row of shape (1, total);
@@ -87,6 +87,44 @@ def pad_sequences(sequences: List[Tensor], pad_id: int, padding_side: str = "rig
     return input_ids, attention_mask
 
 
+def response_token_positions(starts: IntList, lengths: IntList, device: torch.device) -> Tuple[Tensor, List[int]]:
+    """FLAT index of every response token (responses in order) and the per-response token counts.
+
+    starts[i] is the flat index of the first token of response i and lengths[i] its token count. Every
+    index must be >= 1: the output that scores (or values) a token is read at the position before it.
+    """
+    starts_t = _as_long(starts, device)
+    lengths_t = _as_long(lengths, device)
+    if starts_t.numel() != lengths_t.numel():
+        raise ValueError("starts and lengths must have the same length")
+    split_sizes = [int(n) for n in lengths_t.tolist()]
+    total = sum(split_sizes)
+    # start of its response + offset inside it
+    offsets = torch.zeros_like(lengths_t)
+    if lengths_t.numel() > 1:
+        offsets[1:] = torch.cumsum(lengths_t, dim=0)[:-1]
+    token_pos = torch.repeat_interleave(starts_t - offsets, lengths_t) + torch.arange(total, device=device)
+    if total > 0 and int(token_pos.min()) < 1:
+        raise ValueError("a response cannot start at the first position (it needs a preceding token)")
+    return token_pos, split_sizes
+
+
+def response_values_from_outputs(outputs: Tensor, starts: IntList, lengths: IntList) -> List[Tensor]:
+    """Value of every response token from a one-output head, one float32 tensor per response.
+
+    outputs: (B, T, 1) or (B, T); starts / lengths as in ``response_log_probs_from_logits``. Response token
+    t gets the head output at flat position t - 1, the same alignment as its log-prob (the prompt's last
+    token gives the value of the first response token).
+    """
+    if outputs.dim() == 3:
+        if outputs.shape[-1] != 1:
+            raise ValueError(f"a value head has one output, got {outputs.shape[-1]}")
+        outputs = outputs.squeeze(-1)
+    flat = outputs.reshape(-1)
+    token_pos, split_sizes = response_token_positions(starts, lengths, flat.device)
+    return list(torch.split(flat.index_select(0, token_pos - 1).float(), split_sizes))
+
+
 def response_log_probs_from_logits(
     logits: Tensor,
     input_ids: Tensor,
@@ -109,19 +147,7 @@ def response_log_probs_from_logits(
     flat_logits = logits.reshape(-1, vocab)
     flat_ids = input_ids.reshape(-1)
     device = flat_logits.device
-    starts_t = _as_long(starts, device)
-    lengths_t = _as_long(lengths, device)
-    if starts_t.numel() != lengths_t.numel():
-        raise ValueError("starts and lengths must have the same length")
-    split_sizes = [int(n) for n in lengths_t.tolist()]
-    total = sum(split_sizes)
-    # flat index of every response token: start of its response + offset inside it
-    offsets = torch.zeros_like(lengths_t)
-    if lengths_t.numel() > 1:
-        offsets[1:] = torch.cumsum(lengths_t, dim=0)[:-1]
-    token_pos = torch.repeat_interleave(starts_t - offsets, lengths_t) + torch.arange(total, device=device)
-    if total > 0 and int(token_pos.min()) < 1:
-        raise ValueError("a response cannot start at the first position (it needs a preceding token)")
+    token_pos, split_sizes = response_token_positions(starts, lengths, device)
     rows = flat_logits.index_select(0, token_pos - 1).float()
     if temperature != 1.0:
         rows = rows / temperature
