@@ -115,10 +115,19 @@ def trainer_class(stage):
     """The trainer of ``megatron_training.stage`` (upstream's values; unset: GRPO)."""
     from mindspeed_rl.trainer.dapo_trainer_hybrid import RayDAPOTrainer
     from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
-    trainers = {None: RayGRPOTrainer, "ray_grpo": RayGRPOTrainer, "ray_dapo": RayDAPOTrainer}
+    from mindspeed_rl.trainer.ppo_trainer_hybrid import RayPPOTrainer
+    trainers = {None: RayGRPOTrainer, "ray_grpo": RayGRPOTrainer, "ray_dapo": RayDAPOTrainer,
+                "ray_ppo": RayPPOTrainer}
     if stage not in trainers:
-        raise ValueError(f"megatron_training.stage={stage!r}: no such trainer; known: ray_grpo, ray_dapo")
+        raise ValueError(f"megatron_training.stage={stage!r}: no such trainer; known: ray_grpo, ray_dapo, ray_ppo")
     return trainers[stage]
+
+
+# the worker class of each worker group (RunPlan.roles)
+def worker_classes():
+    from mindspeed_rl.workers.critic_worker import CriticWorker
+    from mindspeed_rl.workers.integrated_worker import IntegratedWorker
+    return {"actor": IntegratedWorker, "critic": CriticWorker}
 
 
 def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
@@ -127,7 +136,6 @@ def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
     from mindspeed_rl.utils.checkpoint import Checkpointer
     from mindspeed_rl.utils.loggers import MetricsLogger
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
-    from mindspeed_rl.workers.integrated_worker import IntegratedWorker
     from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
 
     actor, rl, plan = cfgs.actor_config, cfgs.rl_config, cfgs.plan
@@ -136,7 +144,7 @@ def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
     os.makedirs(output_dir, exist_ok=True)
     started = init_ray(temp_dir=os.path.join(output_dir, "ray"))
     install_signal_handlers()  # again: ray.init puts its own SIGTERM handler in place
-    group = trainer = None
+    groups, trainer = {}, None
     ok = False
     start = state["iteration"]
     logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard, resume_from=start,
@@ -144,15 +152,22 @@ def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
     reward = RuleReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
                         parallel=rl.verifier_parallel, timeout=rl.verifier_timeout)
     try:
-        group = RayActorGroup(IntegratedWorker, plan)
-        group.initialize(actor.model_path, eos_id, pad_id)
+        classes = worker_classes()
+        weights = {"actor": actor.model_path, "critic": cfgs.critic_config.model_path if cfgs.critic_config else None}
+        for role in plan.roles:  # one worker group per role, each on its own devices and layout
+            groups[role] = RayActorGroup(classes[role], plan.for_group(role))
+            groups[role].initialize(weights[role], eos_id, pad_id)
+        group = groups["actor"]
         if checkpoint is not None:
-            state = Checkpointer(actor.load, load_workers=group.load_checkpoint).restore(
+            def load_workers(*args):
+                for g in groups.values():
+                    g.load_checkpoint(*args)
+            state = Checkpointer(actor.load, load_workers=load_workers).restore(
                 checkpoint, weights_only=actor.finetune, with_optimizer=not actor.no_load_optim,
                 with_rng=not actor.no_load_rng)
         extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]
         trainer = trainer_class(actor.stage)(
-            actor_worker=group, reward_list=[reward],
+            actor_worker=group, critic_worker=groups.get("critic"), reward_list=[reward],
             run_plan=plan, logger=logger, save_interval=actor.save_interval if actor.save else 0,
             save_dir=actor.save, adv_estimator=rl.adv_estimator, kl_ctrl_type=rl.kl_ctrl_type,
             kl_horizon=rl.kl_horizon, kl_target=rl.kl_target, init_kl_coef=rl.init_kl_coef,
@@ -173,9 +188,9 @@ def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
         try:
             logger.close()
             reward.close()
-            if group is not None:
+            for g in groups.values():
                 # after an error or a signal the workers may be stuck: end them instead of asking them
-                group.shutdown() if ok else group.kill()
+                g.shutdown() if ok else g.kill()
         finally:
             if started:
                 shutdown_ray()
@@ -214,7 +229,9 @@ def dry_run(config: str, overrides: List[str] = ()) -> List[str]:
     lines.append(f"run plan: {plan.summary()}")
     lines.append(f"optimizer steps: {plan.steps_per_iteration} per iteration x {plan.train_iters} iterations; "
                  f"mini-batch {plan.mini_batch_rows} rows of {plan.rows_per_round} per round")
-    lines.append(table("memory plan", cfgs, plan_memory(cfgs), [64.0, 80.0, 141.0]))
+    for role in plan.roles:
+        lines.append(table("memory plan" + ("" if role == "actor" else f" ({role})"), cfgs, plan_memory(cfgs, role),
+                           [64.0, 80.0, 141.0], role))
     return lines
 
 

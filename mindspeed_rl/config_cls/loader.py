@@ -35,8 +35,8 @@ from mindspeed_rl.utils.checkpoint import CheckpointError, is_checkpoint, resolv
 from mindspeed_rl.utils.megatron_format import megatron_load_error
 
 REPO_MODEL_DIR = Path(__file__).resolve().parents[2] / "configs" / "model"
-ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config")
-KNOWN_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config",
+ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config", "critic_config")
+KNOWN_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config", "critic_config",
                   "rl_config", "generate_config", "model")
 # upstream sections that load but are not carried out (a warning when not empty)
 IGNORED_SECTIONS = {"profiler_config": "no profiling is done", "msprobe_config": "no msprobe dumps are written"}
@@ -197,6 +197,7 @@ class RunConfigs:
     rl_config: RLConfig
     generate_config: GenerateConfig
     plan: RunPlan = None  # the one layout of the run
+    critic_config: MegatronConfig = None  # PPO (stage ray_ppo): megatron_training + critic_config
     extra: dict = field(default_factory=dict)  # other sections, raw
 
 
@@ -227,21 +228,52 @@ def build_configs(cfg):
         ref_config = MegatronConfig({**training, **section("ref_config")}, models)
         reward_config = MegatronConfig({**training, **section("reward_config")}, models)
     generate_config = GenerateConfig(section("generate_config"))
+    critic_config = None
+    if actor_config.stage == "ray_ppo":
+        critic_config = MegatronConfig({**training, **section("critic_config")}, models)
+    elif cfg.get("critic_config"):
+        raise ConfigError(f"section 'critic_config' is read by PPO only (megatron_training.stage=ray_ppo); "
+                          f"stage is {actor_config.stage!r}")
 
     _warn_ignored_sections(cfg)
     check_keys(actor_config, rl_config, generate_config, error_cls=ConfigError)
-    for role in {id(c): c for c in (actor_config, ref_config, reward_config)}.values():
+    roles = [c for c in {id(c): c for c in (actor_config, ref_config, reward_config, critic_config)}.values()
+             if c is not None]
+    for role in roles:
         _upstream_semantics(role, rl_config)
     check_fixed(actor_config, error_cls=ConfigError)
+    if critic_config is not None:
+        _check_critic_folders(critic_config, actor_config)
     _weights_from_load(actor_config)
+    if critic_config is not None:
+        _critic_weights(critic_config, actor_config)
     _check_verifiers(rl_config)
-    plan = validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config)
-    for role in {id(c): c for c in (actor_config, ref_config, reward_config)}.values():
+    plan = validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config, critic_config)
+    for role in roles:
         role.max_prompt_length = rl_config.max_prompt_length
 
     extra = {k: v for k, v in cfg.items() if k not in KNOWN_SECTIONS}
-    return RunConfigs(actor_config, ref_config, reward_config, rl_config,
-                      generate_config, plan, extra)
+    return RunConfigs(actor_config, ref_config, reward_config, rl_config, generate_config, plan=plan,
+                      critic_config=critic_config, extra=extra)
+
+
+def _check_critic_folders(critic, actor):
+    """The critic's state is saved in the actor's checkpoint folders, so ``critic_config.save`` /
+    ``load`` may only repeat the actor's (upstream's PPO config gives the same folder to both)."""
+    for key in ("save", "load"):
+        value = getattr(critic, key)
+        if value is not None and value != getattr(actor, key):
+            raise ConfigError(f"critic_config.{key}={value!r} differs from the actor's {getattr(actor, key)!r}: the "
+                              f"critic is saved in and loaded from the actor's checkpoint folders; leave it unset "
+                              f"or give the same folder")
+
+
+def _critic_weights(critic, actor):
+    """The critic starts from HF weights of the same family (a value head is added on load): its own
+    ``model_path`` when its section gives one, else the actor's weights."""
+    critic.save, critic.load = actor.save, actor.load
+    if critic.model_path is None or critic.model_path == critic.tokenizer_name_or_path:
+        critic.model_path = actor.model_path
 
 
 def _weights_from_load(cfg):

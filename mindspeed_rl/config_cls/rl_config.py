@@ -8,7 +8,7 @@ DP_BALANCE_METHODS = ("auto", "heapq", "karmarkar_karp", "greedy")
 PLACEMENT_STRATEGIES = ("auto", "PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 # num_gpus / num_cpus are accepted as other spellings of num_npus.
 RESOURCE_KEYS = ("num_npus", "num_gpus", "num_cpus")
-RESOURCE_FIELDS = ("actor_resource", "reference_resource", "reward_resource")
+RESOURCE_FIELDS = ("actor_resource", "reference_resource", "reward_resource", "critic_resource")
 
 
 def resource_size(resource):
@@ -55,6 +55,7 @@ class RLConfig(BaseConfig):
         num_npus, or its aliases num_gpus / num_cpus.
     reference_resource (None): devices for a separate reference worker.
     reward_resource (None): devices for a reward-model worker.
+    critic_resource (None): devices for PPO's critic group (stage ray_ppo).
     num_samples_per_step (1): samples consumed per step (kept for upstream parity).
     max_prompt_length (512): longest prompt in tokens.
     epochs (1): passes over each rollout batch in the actor update.
@@ -62,6 +63,12 @@ class RLConfig(BaseConfig):
     entropy_coeff (0.0): weight of the entropy bonus.
     gamma (1.0): reward discount.
     lam (0.95): GAE lambda.
+    cliprange_value (0.5): PPO critic: a new value moves at most this far from the
+        rollout-time value in the clipped value loss.
+    use_kl_in_reward (False): PPO: take kl_coef * KL(old || ref) from the per-token
+        rewards instead of adding a KL term to the actor loss.
+    critic_value_dispatch_size, critic_update_dispatch_size (None): PPO critic rows
+        per share (values) and upstream's update fetch size; filled by validation.
     advantage_whiten (True): normalise advantages.
     kl_penalty ('low_var_kl'): KL estimator ('kl', 'abs', 'mse', 'low_var_kl', ...).
     kl_ctrl_type ('fixed'): KL coefficient controller ('fixed' or 'adaptive').
@@ -126,6 +133,7 @@ class RLConfig(BaseConfig):
         self.actor_resource = {"num_npus": None}
         self.reference_resource = None
         self.reward_resource = None
+        self.critic_resource = None
         self.num_samples_per_step = 1
         self.max_prompt_length = 512
         self.epochs = 1
@@ -133,6 +141,8 @@ class RLConfig(BaseConfig):
         self.entropy_coeff = 0.0
         self.gamma = 1.0
         self.lam = 0.95
+        self.cliprange_value = 0.5
+        self.use_kl_in_reward = False
         self.advantage_whiten = True
         self.kl_penalty = "low_var_kl"
         self.kl_ctrl_type = "fixed"
@@ -169,6 +179,8 @@ class RLConfig(BaseConfig):
         self.reward_dispatch_size = None
         self.adv_dispatch_size = None
         self.actor_update_dispatch_size = None
+        self.critic_value_dispatch_size = None
+        self.critic_update_dispatch_size = None
 
         self.is_multimodal = False
         self.use_remove_padding = False

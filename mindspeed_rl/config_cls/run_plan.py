@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Tuple
 
 from mindspeed_rl.config_cls import stages as table
 from mindspeed_rl.config_cls.rl_config import resource_size
-from mindspeed_rl.config_cls.stages import BALANCED_STAGES, Stage  # noqa: F401  (re-exported)
+from mindspeed_rl.config_cls.stages import BALANCED_STAGES, Features, Stage  # noqa: F401  (re-exported)
 from mindspeed_rl.config_cls.worker_spec import WorkerSpec, default_worker_spec, worker_spec
 from mindspeed_rl.utils.workload import WorkloadModel
 SUPPORTED_LAYOUTS = "DP x TP; pipeline, context and expert parallel ranks are folded into DP"
@@ -23,9 +23,6 @@ class PlanError(ValueError):
     """The configs describe a run this implementation cannot carry out."""
 
 
-ENGINES = ("ddp", "tp", "fsdp")
-
-
 @dataclass(frozen=True)
 class Layout:
     world_size: int  # worker processes (devices)
@@ -35,10 +32,6 @@ class Layout:
     engine: str = "ddp"
     asked: str = ""  # the config's layout when another one runs instead (PP / CP / EP folded into DP)
     note: str = ""   # the one line that says which layout runs instead and why
-
-    @property
-    def substituted(self) -> bool:
-        return bool(self.asked)
 
 
 @dataclass(frozen=True)
@@ -68,15 +61,31 @@ class GroupFilterSpec:
 
 
 @dataclass(frozen=True)
+class AdvantageSpec:
+    """PPO's GAE (rl_config.gamma, lam) and where the KL goes (use_kl_in_reward, kl_penalty)."""
+    gamma: float
+    lam: float
+    kl_in_reward: bool
+    kl_penalty: str
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    """A worker group other than the actor's: its layout and what its workers read."""
+    layout: "Layout"
+    worker: WorkerSpec
+
+
+@dataclass(frozen=True)
 class StagePlan:
     """One stage of this run (a row of the stage table, sized). For a ``dp``
-    stage share s of the round's plan goes to DP rank s % dp and every rank
-    takes ``shares_per_rank`` shares; a driver stage takes the whole round."""
+    stage share s of the round's plan goes to DP rank s % dp (dp of the stage's
+    role, ``RunPlan.layout_of``) and every rank takes ``shares_per_rank``
+    shares; a driver stage takes the whole round."""
     name: str
     rows_per_share: int
     shares_per_rank: int
     balanced: bool        # balanced by workload (else a seeded random split)
-    unit: int = 1         # rows per unit: 1 = single samples, n = whole GRPO groups
     config_key: str = ""  # the key that sets rows_per_share, for messages
     stage: Optional[Stage] = None
     inputs: Tuple[str, ...] = ()  # columns this run's stage reads (the table's, plus optional ones)
@@ -147,6 +156,9 @@ class RunPlan:
     # for plans built by hand - build_run_plan always fills it from the configs
     worker: WorkerSpec = field(default_factory=default_worker_spec)
     placement: str = "auto"  # rl_config.placement_strategy (the launcher resolves 'auto')
+    features: Features = Features()
+    critic: Optional[RolePlan] = None  # PPO's critic group (critic_config, critic_resource)
+    gae: Optional[AdvantageSpec] = None
 
     @property
     def rows_per_round(self) -> int:
@@ -177,6 +189,27 @@ class RunPlan:
         """Optimizer steps of the whole run (the LR schedule's length)."""
         return self.train_iters * self.steps_per_iteration
 
+    def layout_of(self, role: str) -> Layout:
+        """The layout of the worker group that runs ``role``'s stages ('actor' and 'ref' share one)."""
+        if role in ("actor", "ref"):
+            return self.layout
+        if role == "critic" and self.critic is not None:
+            return self.critic.layout
+        raise PlanError(f"the run plan has no worker group for role {role!r}")
+
+    def for_group(self, role: str) -> "RunPlan":
+        """The plan a worker group of ``role`` is started with: its own layout and worker spec."""
+        if role in ("actor", "ref"):
+            return self
+        if role == "critic" and self.critic is not None:
+            return dataclasses.replace(self, layout=self.critic.layout, worker=self.critic.worker)
+        raise PlanError(f"the run plan has no worker group for role {role!r}")
+
+    @property
+    def roles(self) -> Tuple[str, ...]:
+        """Worker groups this run starts ('actor' always; 'critic' for PPO)."""
+        return ("actor",) + (("critic",) if self.critic is not None else ())
+
     @property
     def uses_reference(self) -> bool:
         return table.REF.name in self.stages
@@ -196,7 +229,8 @@ class RunPlan:
     @property
     def min_train_rows(self) -> int:
         """Fewest rows a train round may hold: one per share of every DP train stage."""
-        return max([s.shares_per_rank * self.layout.dp for s in self.phase_stages("train") if s.is_dp] or [1])
+        return max([s.shares_per_rank * self.layout_of(s.role).dp for s in self.phase_stages("train") if s.is_dp]
+                   or [1])
 
     def stage(self, name: str) -> StagePlan:
         if name not in self.stages:
@@ -206,12 +240,15 @@ class RunPlan:
     def summary(self) -> str:
         parts = [f"{s.name}: {s.shares_per_rank} x {s.rows_per_share} rows/rank"
                  f"{' balanced' if s.balanced else ''}" for s in self.dp_stages]
+        critic = self.critic.layout if self.critic is not None else None
         return (f"layout DP={self.layout.dp} TP={self.layout.tp} ({self.layout.world_size} workers, "
                 f"{self.layout.engine} engine); "
-                f"{self.rows_per_round} rows per round; " + "; ".join(parts))
+                + (f"critic DP={critic.dp} TP={critic.tp} ({critic.world_size} workers, {critic.engine} engine); "
+                   if critic else "")
+                + f"{self.rows_per_round} rows per round; " + "; ".join(parts))
 
 
-def _check_layout(actor_config, rl_config, generate_config) -> Layout:
+def _check_rollout_layout(actor_config, generate_config):
     if generate_config.infer_pipeline_parallel_size != 1:
         raise PlanError(f"generate_config.infer_pipeline_parallel_size="
                         f"{generate_config.infer_pipeline_parallel_size} is not implemented; rollout runs "
@@ -221,32 +258,37 @@ def _check_layout(actor_config, rl_config, generate_config) -> Layout:
         warnings.warn(f"generate_config.infer_tensor_parallel_size={infer_tp} is not implemented: rollout runs "
                       f"on the actor's layout (tensor_model_parallel_size="
                       f"{actor_config.tensor_model_parallel_size}; with vLLM every rank's engine holds the whole "
-                      f"model, inference TP across ranks is not implemented)", UserWarning, stacklevel=2)
-    given_dp = generate_config.data_parallel_size
-    world = resource_size(rl_config.actor_resource)
+                      f"model, inference TP across ranks is not implemented)", UserWarning, stacklevel=3)
+
+
+def _check_layout(actor_config, resource, section: str = "actor_config", resource_key: str = "actor_resource",
+                  given_dp=None) -> Layout:
+    """The DP x TP layout of one worker group: ``resource`` devices (rl_config.<resource_key>) split
+    by the TP of its config ``section``; PP / CP / EP folded into DP."""
+    world = resource_size(resource)
     if world is None:
-        raise PlanError("rl_config.actor_resource.num_npus is not set; the run plan needs the device count")
+        raise PlanError(f"rl_config.{resource_key}.num_npus is not set; the run plan needs the device count")
     tp = actor_config.tensor_model_parallel_size
     if tp < 1 or world % tp:
-        raise PlanError(f"rl_config.actor_resource.num_npus={world} must be divisible by "
-                        f"actor_config.tensor_model_parallel_size={tp}")
+        raise PlanError(f"rl_config.{resource_key}.num_npus={world} must be divisible by "
+                        f"{section}.tensor_model_parallel_size={tp}")
     folded = {key: getattr(actor_config, key) for key in FOLDED}
     for key, value in folded.items():
         if not isinstance(value, int) or value < 1:
-            raise PlanError(f"actor_config.{key}={value!r} must be a positive int")
+            raise PlanError(f"{section}.{key}={value!r} must be a positive int")
     pp, cp, ep = (folded[k] for k in FOLDED)
     if world % (tp * pp * cp):
-        raise PlanError(f"rl_config.actor_resource.num_npus={world} must be divisible by tensor x pipeline x "
+        raise PlanError(f"rl_config.{resource_key}.num_npus={world} must be divisible by tensor x pipeline x "
                         f"context parallel = {tp} x {pp} x {cp}")
     asked_dp = world // (tp * pp * cp)
     if asked_dp % ep:
-        raise PlanError(f"actor_config.expert_model_parallel_size={ep} must divide the data parallel size "
+        raise PlanError(f"{section}.expert_model_parallel_size={ep} must divide the data parallel size "
                         f"{asked_dp} ({world} devices / (TP {tp} x PP {pp} x CP {cp}))")
     dp = world // tp
     if given_dp not in (None, dp):
         raise PlanError(f"generate_config.data_parallel_size={given_dp} disagrees with the layout's data "
                         f"parallel size {dp}; leave it unset (it is derived)")
-    _check_tp_divides_model(actor_config, tp)
+    _check_tp_divides_model(actor_config, tp, section)
     asked = note = ""
     if pp * cp * ep > 1:
         # not implemented as such: the same devices run FSDP over the folded ranks (same math: the
@@ -256,14 +298,16 @@ def _check_layout(actor_config, rl_config, generate_config) -> Layout:
         names = [n for n, v in (("pipeline", pp), ("context", cp), ("expert", ep)) if v > 1]
         extra = f"; num_layer_list={actor_config.num_layer_list} has no stages to size" \
             if actor_config.num_layer_list is not None else ""
-        note = (f"layout: the config asks for {asked} on {world} devices; runs DP={dp} x TP={tp} with the "
+        whose = "" if section == "actor_config" else f" of {section}"
+        note = (f"layout{whose}: the config asks for {asked} on {world} devices; runs DP={dp} x TP={tp} with the "
                 f"sharded engine (FSDP2 over {dp} DP ranks) on the same {world} devices, because "
                 f"{' and '.join(names)} parallelism {'are' if len(names) > 1 else 'is'} not implemented; the training "
                 f"math is the same{extra}")
         print(note, file=sys.stderr, flush=True)
     if actor_config.use_distributed_optimizer or asked:
         if dp == 1:
-            raise PlanError(f"megatron_training.use_distributed_optimizer=true shards over data parallel ranks, "
+            where = "megatron_training" if section == "actor_config" else section
+            raise PlanError(f"{where}.use_distributed_optimizer=true shards over data parallel ranks, "
                             f"but the layout has DP=1 ({world} devices / TP {tp}); set it to false")
         engine = "fsdp"
     else:
@@ -278,7 +322,7 @@ def _family_splits_attention(family: str) -> bool:
     return splits_attention(AutoConfig.for_model(family))
 
 
-def _check_tp_divides_model(cfg, tp):
+def _check_tp_divides_model(cfg, tp, section="actor_config"):
     """TP must split evenly what the engine splits for the model's family (its HF ``base_model_tp_plan``,
     models/sharding.py; checked again on the model by the engine): attention heads and KV heads, except
     DeepSeek-V3's MLA where transformers' plan leaves it whole; the dense MLP where the family has dense layers (none in
@@ -305,11 +349,11 @@ def _check_tp_divides_model(cfg, tp):
         sizes.append(("moe_ffn_hidden_size * n_shared_experts (shared experts)", moe_ffn * shared))
     for key, value in sizes:
         if value is not None and value % tp:
-            raise PlanError(f"actor_config.tensor_model_parallel_size={tp} does not divide the model's "
+            raise PlanError(f"{section}.tensor_model_parallel_size={tp} does not divide the model's "
                             f"{key}={value}")
 
 
-def _check_update_dispatch(size, layout, actor_config, mini, rows):
+def _check_update_dispatch(size, layout, actor_config, mini, rows, key="actor_update_dispatch_size"):
     """Upstream's actor_update_dispatch_size: the rows an actor rank fetches per update call,
     each call cut into mini-batches of mini_batch_size // DP (upstream 2f84bab's integrated
     worker ignores it). Here each optimizer step trains on one share of mini // DP rows, so a
@@ -317,20 +361,21 @@ def _check_update_dispatch(size, layout, actor_config, mini, rows):
     if size is None or size == mini // layout.dp:
         return
     if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-        raise PlanError(f"rl_config.actor_update_dispatch_size={size!r} must be a positive int")
+        raise PlanError(f"rl_config.{key}={size!r} must be a positive int")
     world, tp = layout.world_size, layout.tp
     upstream_dp = world // (tp * actor_config.pipeline_model_parallel_size * actor_config.context_parallel_size)
     per_step, per_rank = mini // upstream_dp, rows // upstream_dp
     if per_step <= size < per_rank and size % per_step:
-        raise PlanError(f"rl_config.actor_update_dispatch_size={size} is not a multiple of the rows a rank trains "
+        raise PlanError(f"rl_config.{key}={size} is not a multiple of the rows a rank trains "
                         f"per optimizer step in the config's layout (mini_batch_size // DP = {per_step}): upstream "
                         f"would train on uneven mini-batches; give a multiple of {per_step} or leave it unset")
-    warnings.warn(f"rl_config.actor_update_dispatch_size={size} only sizes upstream's update fetches: each "
+    warnings.warn(f"rl_config.{key}={size} only sizes upstream's update fetches: each "
                   f"optimizer step here trains on mini_batch_size // DP = {mini // layout.dp} rows per rank "
                   f"(DP={layout.dp}), the same mini-batches", UserWarning, stacklevel=3)
 
 
-def _stage(stage: Stage, size, default, rows, dp, balanced, inputs=None) -> StagePlan:
+def _stage(stage: Stage, size, default, rows, dp, balanced, inputs, outputs) -> StagePlan:
+    """A DP stage sized: ``size`` rows per share (``default`` when unset) over ``dp`` ranks."""
     key = stage.dispatch_key
     size = default if size is None else size
     if size <= 0 or rows % size:
@@ -341,11 +386,7 @@ def _stage(stage: Stage, size, default, rows, dp, balanced, inputs=None) -> Stag
         raise PlanError(f"rl_config.{key}={size} gives {shares} shares per round, not a multiple of the "
                         f"data parallel size {dp}: every DP rank must take the same number of shares")
     return StagePlan(stage.name, size, shares // dp, balanced and stage.balanceable, config_key=key,
-                     stage=stage, inputs=tuple(inputs or stage.inputs))
-
-
-def _driver_stage(stage: Stage, rows: int) -> StagePlan:
-    return StagePlan(stage.name, rows, 1, False, stage=stage, inputs=stage.inputs)
+                     stage=stage, inputs=inputs, extra_outputs=outputs[len(stage.outputs):])
 
 
 def _dapo(rl_config, generate_config):
@@ -389,9 +430,67 @@ def _balance(actor_config, rl_config) -> Optional[BalanceSpec]:
     return BalanceSpec(rl_config.dp_balance_objective, rl_config.dp_balance_method, workload)
 
 
-def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
-    """Derive the run plan (configs already checked by ``validate_rl_args``)."""
-    layout = _check_layout(actor_config, rl_config, generate_config)
+def features(actor_config, rl_config, spec: WorkerSpec) -> Features:
+    """What the run does, from the configs: the stage table's rows read it."""
+    ppo = actor_config.stage == "ray_ppo"
+    rows = (rl_config.filter_groups_train_batch_size if rl_config.filter_groups_enable
+            else actor_config.global_batch_size) * rl_config.n_samples_per_prompt
+    kl_in_reward = ppo and bool(rl_config.use_kl_in_reward)
+    return Features(dynamic_sampling=bool(rl_config.filter_groups_enable),
+                    kl_in_loss=rl_config.init_kl_coef > 0 and not kl_in_reward, kl_in_reward=kl_in_reward,
+                    on_policy=rl_config.mini_batch_size == rows and rl_config.epochs == 1, critic=ppo,
+                    estimator=rl_config.adv_estimator, rollout_log_probs=spec.rollout.returns_log_probs)
+
+
+def _check_estimator(actor_config, rl_config):
+    ppo = actor_config.stage == "ray_ppo"
+    if ppo and rl_config.adv_estimator != "gae":
+        raise PlanError(f"rl_config.adv_estimator={rl_config.adv_estimator!r} with megatron_training.stage=ray_ppo: "
+                        f"PPO trains a critic for GAE; set adv_estimator: gae")
+    if not ppo and rl_config.adv_estimator != "group_norm":
+        raise PlanError(f"rl_config.adv_estimator={rl_config.adv_estimator!r} needs a critic: use it with "
+                        f"megatron_training.stage=ray_ppo, or set adv_estimator: group_norm")
+    if ppo and rl_config.filter_groups_enable:
+        raise PlanError("rl_config.filter_groups_enable (DAPO dynamic sampling) is not implemented with "
+                        "megatron_training.stage=ray_ppo")
+    if rl_config.use_kl_in_reward and not ppo:
+        raise PlanError("rl_config.use_kl_in_reward=true is read by PPO only (megatron_training.stage=ray_ppo); "
+                        "GRPO and DAPO take the KL in the loss (init_kl_coef)")
+    if ppo:
+        for key in ("gamma", "lam", "cliprange_value"):
+            value = getattr(rl_config, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= (
+                    1 if key != "cliprange_value" else float("inf")):
+                bound = "in [0, 1]" if key != "cliprange_value" else ">= 0"
+                raise PlanError(f"rl_config.{key}={value!r} must be a number {bound}")
+
+
+def _critic(critic_config, rl_config, generate_config, mini, rows) -> Optional[RolePlan]:
+    """The critic group's layout and worker spec (critic_config on rl_config.critic_resource)."""
+    if critic_config is None:
+        raise PlanError("megatron_training.stage=ray_ppo needs a critic_config section (the critic's model, "
+                        "layout and optimizer)")
+    if rl_config.critic_resource is None:
+        raise PlanError("megatron_training.stage=ray_ppo needs rl_config.critic_resource.num_npus (the critic's "
+                        "devices)")
+    layout = _check_layout(critic_config, rl_config.critic_resource, "critic_config", "critic_resource")
+    if mini % layout.dp:
+        raise PlanError(f"rl_config.mini_batch_size={mini} (in samples) must be divisible by the critic's data "
+                        f"parallel size {layout.dp}")
+    if not rl_config.use_dynamic_bsz and (mini // layout.dp) % critic_config.micro_batch_size:
+        raise PlanError(f"rl_config.mini_batch_size // critic data parallel size = {mini // layout.dp} must be "
+                        f"divisible by critic_config.micro_batch_size={critic_config.micro_batch_size}")
+    _check_update_dispatch(rl_config.critic_update_dispatch_size, layout, critic_config, mini, rows,
+                           key="critic_update_dispatch_size")
+    return RolePlan(layout, worker_spec(critic_config, rl_config, generate_config, section="critic_config"))
+
+
+def build_run_plan(actor_config, rl_config, generate_config, critic_config=None) -> RunPlan:
+    """Derive the run plan (configs already checked by ``validate_rl_args``): the stage table's rows
+    whose ``when`` holds for the run's features, each sized for its role's layout."""
+    _check_rollout_layout(actor_config, generate_config)
+    layout = _check_layout(actor_config, rl_config.actor_resource, given_dp=generate_config.data_parallel_size)
+    _check_estimator(actor_config, rl_config)
     spec = worker_spec(actor_config, rl_config, generate_config)
     dp = layout.dp
     overlong, group_filter, train_prompts = _dapo(rl_config, generate_config)
@@ -408,34 +507,37 @@ def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
     if not rl_config.use_dynamic_bsz and (mini // dp) % actor_config.micro_batch_size:
         raise PlanError(f"rl_config.mini_batch_size // data parallel size = {mini // dp} must be "
                         f"divisible by micro_batch_size={actor_config.micro_batch_size}")
-    balanced = rl_config.use_dp_batch_balance
-    share = rows // dp
-    rollout = _stage(table.ROLLOUT, rl_config.actor_rollout_dispatch_size, rollout_rows // dp, rollout_rows, dp,
-                     False)
-    # the rollout engine's own log-probs (vLLM) go to the train stage, which logs their drift from the trainer's
-    drift = (table.ROLLOUT_LOG_PROBS,) if spec.rollout.returns_log_probs else ()
-    stages = {table.ROLLOUT.name: dataclasses.replace(rollout, extra_outputs=drift),
-              table.REWARD.name: _driver_stage(table.REWARD, rollout_rows)}
-    if group_filter is not None:  # the reward stage also writes the filter metric; the filter runs next
-        stages[table.REWARD.name] = StagePlan(table.REWARD.name, rollout_rows, 1, False, stage=table.REWARD,
-                                              inputs=table.REWARD.inputs, extra_outputs=(table.FILTER_METRIC,))
-        stages[table.FILTER.name] = _driver_stage(table.FILTER, rollout_rows)
-    if rl_config.init_kl_coef > 0:
-        stages[table.REF.name] = _stage(table.REF, rl_config.ref_dispatch_size, share, rows, dp, balanced)
-    # on-policy (one optimizer step over the whole round, one epoch): the update's own log-probs are the old ones
-    if not (mini == rows and rl_config.epochs == 1):
-        stages[table.OLD.name] = _stage(table.OLD, rl_config.actor_logprob_dispatch_size, share, rows, dp,
-                                        balanced)
+    feats = features(actor_config, rl_config, spec)
+    critic = _critic(critic_config, rl_config, generate_config, mini, rows) if feats.critic else None
     _check_update_dispatch(rl_config.actor_update_dispatch_size, layout, actor_config, mini, rows)
-    train_inputs = table.TRAIN.inputs + tuple(stages[s.name].stage.outputs[0] for s in (table.OLD, table.REF)
-                                               if s.name in stages) + drift
-    stages[table.TRAIN.name] = _stage(table.TRAIN, None, mini // dp, rows, dp, balanced, train_inputs)
+    layouts = {"actor": layout, "ref": layout, "critic": critic.layout if critic else None}
+    stages: Dict[str, StagePlan] = {}
+    for row in table.STAGES:
+        if not row.when(feats):
+            continue
+        written = {c for s in stages.values() for c in s.outputs}
+        inputs = row.inputs + tuple(c for c in row.optional_inputs if c in written)
+        outputs = row.outputs_for(feats)
+        n = rollout_rows if row.phase == "rollout" else rows
+        if not row.is_dp:
+            stages[row.name] = StagePlan(row.name, n, 1, False, stage=row, inputs=inputs,
+                                         extra_outputs=outputs[len(row.outputs):])
+            continue
+        role_dp = layouts[row.role].dp
+        if row.share == "mini":  # one share per optimizer step: mini-batch rows over the role's DP ranks
+            stages[row.name] = _stage(row, None, mini // role_dp, n, role_dp, rl_config.use_dp_batch_balance,
+                                      inputs, outputs)
+        else:
+            stages[row.name] = _stage(row, getattr(rl_config, row.dispatch_key), n // role_dp, n, role_dp,
+                                      rl_config.use_dp_batch_balance, inputs, outputs)
     if group_filter is not None:  # the filter reads its metric and carries what the train stages read
         later = [s for s in stages.values() if s.phase == "train"]
         made = {c for s in later for c in s.outputs}
         carried = tuple(dict.fromkeys(c for s in later for c in s.inputs if c not in made))
-        stages[table.FILTER.name] = StagePlan(table.FILTER.name, rollout_rows, 1, False, stage=table.FILTER,
-                                              inputs=table.FILTER.inputs + carried)
+        stages[table.FILTER.name] = dataclasses.replace(stages[table.FILTER.name],
+                                                        inputs=table.FILTER.inputs + carried)
+    gae = AdvantageSpec(float(rl_config.gamma), float(rl_config.lam), feats.kl_in_reward,
+                        rl_config.kl_penalty) if feats.estimator == "gae" else None
     timeout = rl_config.td_timeout
     stage_timeout = float(getattr(rl_config, "stage_timeout", None) or timeout)
     return RunPlan(layout=layout, prompts_per_round=actor_config.global_batch_size,
@@ -443,8 +545,7 @@ def build_run_plan(actor_config, rl_config, generate_config) -> RunPlan:
                    train_iters=actor_config.train_iters, stages=stages,
                    balance=_balance(actor_config, rl_config), seed=rl_config.seed,
                    train_prompts_per_round=train_prompts, overlong=overlong, group_filter=group_filter,
-                   worker=spec,
-                   placement=rl_config.placement_strategy,
+                   worker=spec, placement=rl_config.placement_strategy, features=feats, critic=critic, gae=gae,
                    # a rank waits in a collective at most as long as its peers' stage runs: the driver's
                    # stage deadline fires first and names the rank that did not answer
                    timeouts=Timeouts(data_wait=timeout, collective=max(timeout, stage_timeout) + 60.0,

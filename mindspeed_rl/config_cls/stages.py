@@ -1,69 +1,147 @@
-"""The stage table: what one GRPO iteration runs, in order.
+"""The stage table: what one iteration runs, in order.
 
-Every other module names a stage through this table (``STAGES`` or the
-constants below); the run plan picks the stages a run needs and sizes their
-shares. A ``dp`` stage runs on the worker ranks, each DP rank on its own
-shares of the round; a ``driver`` stage runs in the driver on the whole round
-(one fetch in row order, one put).
+The run plan iterates this table: a row runs when its ``when`` holds for the
+run's ``Features``, and its DP share sizes come from its ``dispatch_key`` and
+``share`` (config_cls/run_plan.py). A ``dp`` stage runs on the ranks of its
+``role``'s worker group, each DP rank on its own shares of the round; a
+``driver`` stage runs in the driver on the whole round (one fetch in row
+order, one put). Adding a stage is one row here and one method on the
+trainer (driver) or on the role's worker (dp).
 
 ``phase`` 'rollout' stages make a batch of experience from prompts; with
 dynamic sampling (DAPO) they run once per rollout batch until the train
 batch is full, then the 'train' stages run once on the kept rows.
 """
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Callable, Tuple
 
 SEQ_COLUMNS = ("prompts", "responses", "prompt_length", "response_length")
 LENGTH_COST = ("prompt_length", "response_length")
+# the rollout engine's log-prob of each sampled token (vLLM), an extra rollout output read by the train stage
+ROLLOUT_LOG_PROBS = "rollout_log_probs"
+# the filter metric (DAPO) is an extra output of the reward stage when dynamic sampling is on
+FILTER_METRIC = "metric_for_dapo"
+ROLES = ("actor", "ref", "critic", "driver")
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a run does, decided once from the configs (run_plan.features); rows' ``when`` read it."""
+    dynamic_sampling: bool = False  # DAPO filter_groups_enable
+    kl_in_loss: bool = True         # the actor loss has a KL term against the reference
+    kl_in_reward: bool = False      # PPO use_kl_in_reward: the KL is taken from the rewards instead
+    on_policy: bool = False         # one optimizer step over the round, one epoch: no separate old log-probs
+    critic: bool = False            # PPO: a critic worker group
+    estimator: str = "group_norm"   # rl_config.adv_estimator
+    rollout_log_probs: bool = False  # the rollout engine returns its log-probs (vLLM)
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.kl_in_loss or self.kl_in_reward
+
+    def has(self, flag: str) -> bool:
+        return bool(getattr(self, flag))
+
+
+# ``when`` of the rows: module-level functions, so a run plan pickles to the workers
+def _always(_: Features) -> bool:
+    return True
+
+
+def _group_norm(f: Features) -> bool:
+    return f.estimator == "group_norm"
+
+
+def _gae(f: Features) -> bool:
+    return f.estimator == "gae"
+
+
+def _dynamic_sampling(f: Features) -> bool:
+    return f.dynamic_sampling
+
+
+def _uses_reference(f: Features) -> bool:
+    return f.uses_reference
+
+
+def _old_log_probs(f: Features) -> bool:
+    return not f.on_policy or f.kl_in_reward  # the KL in the rewards is taken before the update
+
+
+def _critic(f: Features) -> bool:
+    return f.critic
+
+
+def _kl_in_reward(f: Features) -> bool:
+    return f.kl_in_reward
 
 
 @dataclass(frozen=True)
 class Stage:
     name: str                   # dock consumer, metrics key (``timing/<name>``, ``dp_balance/<name>``)
     kind: str                   # 'dp' (worker ranks) or 'driver'
-    role: str                   # engine that computes it: 'actor', 'ref' or 'driver'
+    role: str                   # worker group that computes it: 'actor', 'ref', 'critic' or 'driver'
     method: str                 # worker method (dp) or trainer method (driver)
     inputs: Tuple[str, ...]     # columns read
     outputs: Tuple[str, ...]    # columns written
     cost_columns: Tuple[str, ...] = LENGTH_COST  # row workload for balance plans
-    micro_batch_key: Optional[str] = None        # config key of the micro-batch size
-    dispatch_key: Optional[str] = None           # rl_config key of rows per share
-    granularity: str = "sample"  # 'sample': rows move alone; 'group': a GRPO group stays together
-    balanceable: bool = False    # shares may be balanced by workload
-    phase: str = "train"         # 'rollout': repeated per rollout batch under dynamic sampling
+    micro_batch_key: str = ""   # config key of the micro-batch size (dp stages that cut micro-batches)
+    dispatch_key: str = ""      # rl_config key of rows per share (update stages: upstream's fetch size, checked)
+    balanceable: bool = False   # shares may be balanced by workload
+    phase: str = "train"        # 'rollout': repeated per rollout batch under dynamic sampling
+    when: Callable[[Features], bool] = _always  # whether a run has this stage
+    optional_inputs: Tuple[str, ...] = ()  # also read when an earlier stage of the run writes them
+    extra_outputs: Tuple[Tuple[str, str], ...] = ()  # (column, Features flag): written when the flag is on
+    share: str = "round"        # dp rows per share by default: 'round' (the rank's rows) or 'mini' (a mini-batch)
 
     @property
     def is_dp(self) -> bool:
         return self.kind == "dp"
 
+    def outputs_for(self, features: Features) -> Tuple[str, ...]:
+        return self.outputs + tuple(c for c, flag in self.extra_outputs if features.has(flag))
+
 
 ROLLOUT = Stage("actor_rollout", "dp", "actor", "generate_sequences", ("prompts",),
                 ("responses", "response_length"), cost_columns=("prompt_length",),
-                dispatch_key="actor_rollout_dispatch_size", phase="rollout")
-# the rollout engine's log-prob of each sampled token (vLLM), an extra rollout output read by the train stage
-ROLLOUT_LOG_PROBS = "rollout_log_probs"
-# the filter metric (DAPO) is a third output of the reward stage when dynamic sampling is on
-FILTER_METRIC = "metric_for_dapo"
+                dispatch_key="actor_rollout_dispatch_size", phase="rollout",
+                extra_outputs=((ROLLOUT_LOG_PROBS, "rollout_log_probs"),))
 REWARD = Stage("rule_reward", "driver", "driver", "compute_rewards",
-               ("responses", "labels", "prompt_length", "response_length"), ("rm_scores", "advantages"),
-               phase="rollout")
+               ("responses", "labels", "prompt_length", "response_length"), ("rm_scores",), phase="rollout",
+               extra_outputs=((FILTER_METRIC, "dynamic_sampling"),))
+# GRPO/DAPO: group-normalised advantages, one per row (before the filter, which keeps them with their rows)
+GROUP_ADV = Stage("compute_advantage", "driver", "driver", "compute_advantage", ("rm_scores",), ("advantages",),
+                  phase="rollout", when=_group_norm)
 # DAPO dynamic sampling: drop groups whose filter metric is all equal, keep the rest for the train batch
-FILTER = Stage("dynamic_sampling", "driver", "driver", "filter_groups", (FILTER_METRIC,), (), phase="rollout")
+FILTER = Stage("dynamic_sampling", "driver", "driver", "filter_groups", (FILTER_METRIC,), (), phase="rollout",
+               when=_dynamic_sampling)
 REF = Stage("ref_log_prob", "dp", "ref", "compute_ref_log_prob", SEQ_COLUMNS, ("ref_log_prob",),
-            micro_batch_key="ref_forward_micro_batch_size", dispatch_key="ref_dispatch_size", balanceable=True)
+            micro_batch_key="ref_forward_micro_batch_size", dispatch_key="ref_dispatch_size", balanceable=True,
+            when=_uses_reference)
 OLD = Stage("actor_log_prob", "dp", "actor", "compute_log_prob", SEQ_COLUMNS, ("old_log_prob",),
             micro_batch_key="actor_forward_micro_batch_size", dispatch_key="actor_logprob_dispatch_size",
-            balanceable=True)
+            balanceable=True, when=_old_log_probs)
+VALUES = Stage("critic_compute_values", "dp", "critic", "compute_values", SEQ_COLUMNS, ("values",),
+               micro_batch_key="micro_batch_size", dispatch_key="critic_value_dispatch_size", balanceable=True,
+               when=_critic)
+# PPO use_kl_in_reward: per-token rewards = the score on the last token - kl_coef * KL(old || ref)
+KL_REWARD = Stage("compute_kl", "driver", "driver", "compute_kl_rewards",
+                  ("rm_scores", "response_length", "old_log_prob", "ref_log_prob"), ("token_level_rewards",),
+                  when=_kl_in_reward)
+# PPO: GAE over the critic's values; per-token advantages and returns
+GAE_ADV = Stage("compute_advantage", "driver", "driver", "compute_gae", ("rm_scores", "response_length", "values"),
+                ("advantages", "returns"), when=_gae,
+                optional_inputs=("token_level_rewards",))
+CRITIC_TRAIN = Stage("critic_train", "dp", "critic", "update", SEQ_COLUMNS + ("values", "returns"), (),
+                     micro_batch_key="micro_batch_size", dispatch_key="critic_update_dispatch_size", balanceable=True,
+                     share="mini",
+                     when=_critic)
 TRAIN = Stage("actor_train", "dp", "actor", "update", SEQ_COLUMNS + ("advantages",), (),
-              micro_batch_key="micro_batch_size", dispatch_key="actor_update_dispatch_size", balanceable=True)
+              micro_batch_key="micro_batch_size", dispatch_key="actor_update_dispatch_size", balanceable=True,
+              share="mini",
+              optional_inputs=("old_log_prob", "ref_log_prob", ROLLOUT_LOG_PROBS))
 
 # in the order an iteration runs them
-STAGES: Tuple[Stage, ...] = (ROLLOUT, REWARD, FILTER, REF, OLD, TRAIN)
-BY_NAME: Dict[str, Stage] = {s.name: s for s in STAGES}
-BALANCED_STAGES = tuple(s.name for s in STAGES if s.balanceable)
-
-
-def stage_named(name: str) -> Stage:
-    if name not in BY_NAME:
-        raise KeyError(f"no stage '{name}'; the stage table has {list(BY_NAME)}")
-    return BY_NAME[name]
+STAGES: Tuple[Stage, ...] = (ROLLOUT, REWARD, GROUP_ADV, FILTER, REF, OLD, VALUES, KL_REWARD, GAE_ADV,
+                             CRITIC_TRAIN, TRAIN)
+BALANCED_STAGES = tuple(dict.fromkeys(s.name for s in STAGES if s.balanceable))

@@ -41,14 +41,21 @@ class Key:
     applies: Optional[Callable] = None
 
 
+def _group_norm(values) -> bool:
+    return values.get("adv_estimator") != "gae"
+
+
 KEYS: List[Key] = [
     # ---- rl_config
     Key("rl_config", "runtime_env_path", WARN, "no runtime env file is read; workers inherit the driver's environment"),
     Key("rl_config", "beta", WARN, "the KL weight is rl_config.init_kl_coef"),
     Key("rl_config", "num_samples_per_step", WARN, "no effect"),
-    Key("rl_config", "advantage_whiten", ERROR, "advantages are always normalised within each GRPO group"),
-    Key("rl_config", "gamma", WARN, "group_norm advantages use no discount"),
-    Key("rl_config", "lam", WARN, "group_norm advantages use no GAE"),
+    Key("rl_config", "advantage_whiten", ERROR,
+        "advantages are always normalised (GRPO within each group, PPO's GAE over the batch)"),
+    Key("rl_config", "gamma", WARN, "group_norm advantages use no discount (GAE, adv_estimator: gae, does)",
+        applies=_group_norm),
+    Key("rl_config", "lam", WARN, "group_norm advantages use no GAE (adv_estimator: gae does)", applies=_group_norm),
+    Key("rl_config", "cliprange_value", WARN, "only PPO (stage ray_ppo) has a critic", applies=_group_norm),
     Key("rl_config", "integrated_mode_config", WARN, "no effect"),
     Key("rl_config", "shuffle_mini_batch", WARN,
         "mini-batches are the shares of the round's plan (balanced, or a seeded random split)"),
@@ -103,8 +110,8 @@ KEYS: List[Key] = [
     Key("megatron_training", "variable_seq_lengths", WARN, "sequence lengths always vary (packed or padded)"),
     Key("megatron_training", "reset_position_ids", WARN,
         "packed sequences always restart their positions", lambda v: v is False),
-    Key("megatron_training", "stage", ERROR, "only GRPO ('ray_grpo') and DAPO ('ray_dapo') are implemented",
-        lambda v: v not in (None, "ray_grpo", "ray_dapo")),
+    Key("megatron_training", "stage", ERROR, "only GRPO ('ray_grpo'), DAPO ('ray_dapo') and PPO ('ray_ppo') are "
+        "implemented", lambda v: v not in (None, "ray_grpo", "ray_dapo", "ray_ppo")),
     Key("megatron_training", "attention_mask_type", ERROR, "attention is causal", lambda v: v != "causal"),
     Key("megatron_training", "reset_attention_mask", WARN,
         "packed samples never attend to each other (as with reset_attention_mask: true)", lambda v: v is False),

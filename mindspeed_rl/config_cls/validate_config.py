@@ -22,9 +22,9 @@ def _check_rl_scalars(rl_config):
     if rl_config.dp_balance_method not in DP_BALANCE_METHODS:
         raise ValueError(f"rl_config.dp_balance_method must be one of "
                          f"{DP_BALANCE_METHODS}, got {rl_config.dp_balance_method!r}")
-    if rl_config.adv_estimator != "group_norm":
+    if rl_config.adv_estimator not in ("group_norm", "gae"):
         raise ValueError(f"rl_config.adv_estimator={rl_config.adv_estimator!r} is not implemented; "
-                         f"use 'group_norm'")
+                         f"use 'group_norm' (GRPO, DAPO) or 'gae' (PPO)")
     if rl_config.n_samples_per_prompt < 1:
         raise ValueError(f"rl_config.n_samples_per_prompt must be >= 1, "
                          f"got {rl_config.n_samples_per_prompt}")
@@ -75,7 +75,7 @@ def _check_batches(actor_config, rl_config):
             f"filter_groups_train_batch_size with filter_groups_enable)")
 
 
-def validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config):
+def validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config, critic_config=None):
     """Check the configs of one run against each other and return its RunPlan.
 
     As upstream does, the derived values are also written back for readers of
@@ -101,7 +101,7 @@ def validate_rl_args(actor_config, ref_config, reward_config, rl_config, generat
                 f"rl_config.max_packing_token_size={rl_config.max_packing_token_size} is below the longest "
                 f"possible sequence max_prompt_length + sampling_config.max_tokens = {longest}: a sequence "
                 f"longer than the budget stops the run when it occurs", UserWarning, stacklevel=2)
-    plan = build_run_plan(actor_config, rl_config, generate_config)
+    plan = build_run_plan(actor_config, rl_config, generate_config, critic_config)
     for stage in plan.dp_stages:
         setattr(rl_config, stage.config_key, stage.rows_per_share)
     rl_config.reward_dispatch_size = rl_config.adv_dispatch_size = plan.rows_per_round

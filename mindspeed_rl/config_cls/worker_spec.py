@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 
 from mindspeed_rl.config_cls.rollout_spec import RolloutSpec, rollout_spec
 
-from mindspeed_rl.config_cls.stages import OLD, REF, TRAIN
+from mindspeed_rl.config_cls.stages import OLD, REF, TRAIN, VALUES
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,7 @@ class LossSpec:
     kl_penalty: str
     entropy_coeff: float
     token_level_loss: bool
+    cliprange_value: float = 0.5  # PPO critic: values move at most this far from the rollout's per step
 
 
 @dataclass(frozen=True)
@@ -114,24 +115,25 @@ def _text(name, value) -> str:
     return value
 
 
-def worker_spec(actor_config, rl_config, generate_config) -> WorkerSpec:
-    """The fields a worker reads, from the driver's configs (checked, plain values)."""
-    a, rl, s = actor_config, rl_config, generate_config.sampling_config
-    engine = EngineSpec(seed=_number("actor_config.seed", a.seed, int), bf16=_flag("actor_config.bf16", a.bf16),
-                        use_flash_attn=_flag("actor_config.use_flash_attn", a.use_flash_attn),
+def worker_spec(actor_config, rl_config, generate_config, section: str = "actor_config") -> WorkerSpec:
+    """The fields a worker of the group configured by ``section`` (actor_config or critic_config) reads,
+    from the driver's configs (checked, plain values)."""
+    a, rl, s, sec = actor_config, rl_config, generate_config.sampling_config, section
+    engine = EngineSpec(seed=_number(f"{sec}.seed", a.seed, int), bf16=_flag(f"{sec}.bf16", a.bf16),
+                        use_flash_attn=_flag(f"{sec}.use_flash_attn", a.use_flash_attn),
                         use_remove_padding=_flag("rl_config.use_remove_padding", rl.use_remove_padding),
                         trust_remote_code=_flag("generate_config.trust_remote_code",
                                                 generate_config.trust_remote_code),
-                        distributed_backend=_text("actor_config.distributed_backend", a.distributed_backend))
+                        distributed_backend=_text(f"{sec}.distributed_backend", a.distributed_backend))
     optimizer = OptimizerSpec(
-        lr=_number("actor_config.lr", a.lr, float), min_lr=_number("actor_config.min_lr", a.min_lr, float),
-        lr_warmup_fraction=_number("actor_config.lr_warmup_fraction", a.lr_warmup_fraction, float),
-        lr_decay_style=_text("actor_config.lr_decay_style", a.lr_decay_style),
-        weight_decay=_number("actor_config.weight_decay", a.weight_decay, float),
-        betas=(_number("actor_config.adam_beta1", a.adam_beta1, float),
-               _number("actor_config.adam_beta2", a.adam_beta2, float)),
-        eps=_number("actor_config.adam_eps", a.adam_eps, float),
-        clip_grad=_number("actor_config.clip_grad", a.clip_grad, float))
+        lr=_number(f"{sec}.lr", a.lr, float), min_lr=_number(f"{sec}.min_lr", a.min_lr, float),
+        lr_warmup_fraction=_number(f"{sec}.lr_warmup_fraction", a.lr_warmup_fraction, float),
+        lr_decay_style=_text(f"{sec}.lr_decay_style", a.lr_decay_style),
+        weight_decay=_number(f"{sec}.weight_decay", a.weight_decay, float),
+        betas=(_number(f"{sec}.adam_beta1", a.adam_beta1, float),
+               _number(f"{sec}.adam_beta2", a.adam_beta2, float)),
+        eps=_number(f"{sec}.adam_eps", a.adam_eps, float),
+        clip_grad=_number(f"{sec}.clip_grad", a.clip_grad, float))
     key = "generate_config.sampling_config."
     sampling = SamplingSpec(max_tokens=_number(key + "max_tokens", s["max_tokens"], int, positive=True),
                             temperature=_number(key + "temperature", s["temperature"], float),
@@ -139,9 +141,10 @@ def worker_spec(actor_config, rl_config, generate_config) -> WorkerSpec:
                             top_k=_number(key + "top_k", s["top_k"], int),
                             min_p=_number(key + "min_p", s["min_p"], float),
                             seed=_number(key + "seed", s["seed"], int, optional=True))
-    # the train stage's size is megatron's micro_batch_size, the forward stages' rl_config keys
+    # the train stages' size is megatron's micro_batch_size (of the section; the critic's forward too),
+    # the actor's forward stages' rl_config keys
     sources = {REF.micro_batch_key: ("rl_config", rl), OLD.micro_batch_key: ("rl_config", rl),
-               TRAIN.micro_batch_key: ("actor_config", a)}
+               TRAIN.micro_batch_key: (sec, a), VALUES.micro_batch_key: (sec, a)}
     sizes = tuple((k, _number(f"{section}.{k}", getattr(cfg, k), int, optional=True, positive=True))
                   for k, (section, cfg) in sources.items())
     micro = MicroBatchSpec(use_dynamic_bsz=_flag("rl_config.use_dynamic_bsz", rl.use_dynamic_bsz),
@@ -154,7 +157,8 @@ def worker_spec(actor_config, rl_config, generate_config) -> WorkerSpec:
                     clip_ratio_high=_number("rl_config.clip_ratio_high", rl.clip_ratio_high, float) if higher else None,
                     kl_penalty=_text("rl_config.kl_penalty", rl.kl_penalty),
                     entropy_coeff=_number("rl_config.entropy_coeff", rl.entropy_coeff, float),
-                    token_level_loss=_flag("rl_config.token_level_loss", rl.token_level_loss))
+                    token_level_loss=_flag("rl_config.token_level_loss", rl.token_level_loss),
+                    cliprange_value=_number("rl_config.cliprange_value", rl.cliprange_value, float))
     return WorkerSpec(engine, optimizer, sampling, micro, loss, rollout_spec(actor_config, generate_config))
 
 

@@ -34,10 +34,11 @@ class MemoryPlan:
         return self.params + self.grads + self.optimizer + self.reference + self.gathered + self.activations
 
 
-def meta_model(actor_config):
-    """The model of the config's model section, on the meta device (no memory)."""
+def meta_model(actor_config, value_head: bool = False):
+    """The model of the config's model section, on the meta device (no memory); ``value_head``: the
+    critic's token-classification model with one output."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
     from mindspeed_rl.config_cls.model_arch import hf_config_kwargs
     kwargs = hf_config_kwargs(actor_config)
@@ -45,13 +46,25 @@ def meta_model(actor_config):
         raise ValueError("memory_plan needs a model section (configs/model/<name>.yaml) in the config")
     family = kwargs.pop("model_type")
     with torch.device("meta"):
+        if value_head:
+            return AutoModelForTokenClassification.from_config(AutoConfig.for_model(family, num_labels=1, **kwargs))
         return AutoModelForCausalLM.from_config(AutoConfig.for_model(family, **kwargs))
 
 
-def plan_memory(cfgs) -> MemoryPlan:
+def _role(cfgs, role: str):
+    """(config, layout) of the worker group ``role`` ('actor' or 'critic')."""
+    if role == "critic":
+        return cfgs.critic_config, cfgs.plan.critic.layout
+    return cfgs.actor_config, cfgs.plan.layout
+
+
+def plan_memory(cfgs, role: str = "actor") -> MemoryPlan:
+    """Per-rank memory of the worker group ``role`` ('actor': actor + reference; 'critic': PPO's value model)."""
     from mindspeed_rl.models.sharding import planned_local_numel, replicated_lines, tp_plan
-    actor, rl, layout = cfgs.actor_config, cfgs.rl_config, cfgs.plan.layout
-    model = meta_model(actor)
+    rl = cfgs.rl_config
+    actor, layout = _role(cfgs, role)
+    critic = role == "critic"
+    model = meta_model(actor, value_head=critic)
     fsdp = layout.engine == "fsdp"
     plan = tp_plan(model)  # the model config's own TP plan, as the engine applies it
     shapes = [(n, tuple(p.shape)) for n, p in model.named_parameters()]  # tied weights counted once
@@ -63,15 +76,15 @@ def plan_memory(cfgs) -> MemoryPlan:
     # saved activations per token and layer ~ 34 * hidden bytes (bf16, no recompute), split over TP,
     # plus fp32 logits and their log-softmax over the vocabulary
     activations = int(34 * cfg.hidden_size * cfg.num_hidden_layers * tokens * compute / 2 / layout.tp
-                      + 2 * 4 * tokens * cfg.vocab_size)
+                      + (0 if critic else 2 * 4 * tokens * cfg.vocab_size))
     return MemoryPlan(params=4 * local, grads=4 * local, optimizer=8 * local,
-                      reference=compute * local if cfgs.plan.uses_reference else 0,
+                      reference=compute * local if cfgs.plan.uses_reference and not critic else 0,
                       gathered=compute * full_tp if fsdp else 0, activations=activations,
                       replicated=tuple(replicated_lines(model)) if layout.tp > 1 else ())
 
 
-def table(name: str, cfgs, plan: MemoryPlan, device_gbs: List[float]) -> str:
-    layout = cfgs.plan.layout
+def table(name: str, cfgs, plan: MemoryPlan, device_gbs: List[float], role: str = "actor") -> str:
+    layout = _role(cfgs, role)[1]
     rows = [f"{name}: DP={layout.dp} TP={layout.tp} ({layout.world_size} devices, {layout.engine} engine), "
             f"per rank:",
             f"  {'parameters (fp32)':34s}{plan.params / GB:8.2f} GB",
@@ -116,12 +129,13 @@ def main(argv=None) -> int:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # unimplemented-key notes are not about memory
                 cfgs = build_configs(load_config(path, args.overrides))
-            plan = plan_memory(cfgs)
+            plans = {role: plan_memory(cfgs, role) for role in cfgs.plan.roles}
         except (ValueError, TypeError, FileNotFoundError) as err:
             print(f"error: {path}: {err}", file=sys.stderr)
             return 2
-        print(table(path, cfgs, plan, args.device_gb))
-        fits = fits and plan.total <= min(args.device_gb) * GB
+        for role, plan in plans.items():
+            print(table(path if role == "actor" else f"{path} (critic)", cfgs, plan, args.device_gb, role))
+            fits = fits and plan.total <= min(args.device_gb) * GB
     return 0 if fits else 1
 
 

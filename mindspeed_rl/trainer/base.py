@@ -8,7 +8,7 @@ class RayBaseTrainer:
     """Runs on the driver; decides the order of stages, never per-rank work.
     Row counts and stages come from ``run_plan`` (config_cls.RunPlan)."""
 
-    def __init__(self, actor_worker=None, ref_worker=None, reward_list: List = None, run_plan=None,
+    def __init__(self, actor_worker=None, ref_worker=None, reward_list: List = None, run_plan=None, critic_worker=None,
                  adv_estimator: str = "group_norm", kl_ctrl_type: str = "fixed", kl_horizon: int = 1000,
                  kl_target: float = 100.0, init_kl_coef: float = 0.001,
                  dataset_additional_keys: List[str] = None, save_interval: int = 0, save_dir: str = None,
@@ -17,6 +17,14 @@ class RayBaseTrainer:
             raise ValueError("RayBaseTrainer needs the run_plan (config_cls.RunPlan) of the run")
         self.actor_worker = actor_worker
         self.ref_worker = ref_worker
+        self.critic_worker = critic_worker
+        # the worker group of each role of the stage table
+        self.groups = {"actor": actor_worker, "ref": ref_worker or actor_worker, "critic": critic_worker}
+        for stage in run_plan.dp_stages:
+            if self.groups.get(stage.role) is None:
+                raise ValueError(f"stage '{stage.name}' of the run plan runs on role {stage.role!r}, but no worker "
+                                 f"group was given for it (groups: "
+                                 f"{sorted(k for k, v in self.groups.items() if v is not None)})")
         self.reward_list = reward_list or []
         self.run_plan = run_plan
         self.adv_estimator = adv_estimator

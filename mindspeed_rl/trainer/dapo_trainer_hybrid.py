@@ -60,10 +60,9 @@ class RayDAPOTrainer(RayGRPOTrainer):
 
     def transfer_dock_init(self):
         plan = self.run_plan
-        extra = [FILTER_METRIC] if plan.group_filter else []
         # one dock for the rollout batches and the train batch: the larger of the two
         self.transfer_dock = DriverDock(plan.dock_prompts, plan.n_samples,
-                                        addition_columns=self.dataset_additional_keys + extra, run_plan=plan)
+                                        addition_columns=self.dataset_additional_keys, run_plan=plan)
 
     def fit(self, data_iters, start_iteration: int = 0, kl_coef: float = None):
         self._data = data_iters  # dynamic sampling takes more batches from it inside an iteration

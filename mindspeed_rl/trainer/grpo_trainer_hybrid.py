@@ -11,7 +11,8 @@ from tqdm import tqdm
 
 from mindspeed_rl.trainer.base import RayBaseTrainer
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, TRAIN
-from mindspeed_rl.trainer.utils.compute_utils import compute_rewards
+from mindspeed_rl.trainer.utils import ppo_stages
+from mindspeed_rl.trainer.utils.compute_utils import compute_group_advantages, compute_rewards
 from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
 from mindspeed_rl.utils.checkpoint import Checkpointer
 from mindspeed_rl.utils.loggers import MetricsLogger
@@ -195,14 +196,21 @@ class RayGRPOTrainer(RayBaseTrainer):
                 together.append(stages[i])
                 i += 1
             name = stage.name if len(together) == 1 else tuple(s.name for s in together)
-            stage_results, outputs = group.run_stage(name, td, iteration=iteration, kl_coef=self.kl_ctrl.value)
+            stage_results, outputs = group.run_stage(name, td, iteration=iteration, kl_coef=self._loss_kl_coef())
             results += stage_results
             if any(s.outputs for s in together):
                 td.put_stage(name, *outputs)
         return metrics, results
 
     def _group(self, stage):
-        return self.ref_worker if stage.role == "ref" else self.actor_worker
+        group = self.groups.get(stage.role)
+        if group is None:
+            raise ValueError(f"stage '{stage.name}' runs on role {stage.role!r}, which has no worker group")
+        return group
+
+    def _loss_kl_coef(self) -> float:
+        """The actor loss's KL coefficient: none when the KL is taken from the rewards (PPO use_kl_in_reward)."""
+        return 0.0 if self.run_plan.features.kl_in_reward else self.kl_ctrl.value
 
     def _runs_with(self, stage, together, group) -> bool:
         """Whether DP ``stage`` can join the stages in ``together``: the same
@@ -218,8 +226,11 @@ class RayGRPOTrainer(RayBaseTrainer):
                      start: float):
         """Update metrics, per-rank timings and balance, the dock's round summary; KL control."""
         td, plan = self.transfer_dock, self.run_plan
-        train = [r for r in results if f"timing/{TRAIN.name}" in r]
-        metrics.update({k: float(np.mean([u[k] for u in train])) for k in train[0] if k.startswith("actor/")})
+        for stage in plan.dp_stages:  # the update stages' engine metrics (actor/*, critic/*), mean over ranks
+            ran = [r for r in results if f"timing/{stage.name}" in r]
+            if stage.method == "update" and ran:
+                metrics.update({k: float(np.mean([u[k] for u in ran])) for k in ran[0]
+                                if k.startswith(f"{stage.role}/")})
         metrics.update(rank_timing_metrics(results))
         metrics.update(rank_balance_metrics(results))
         summary = td.round_summary()
@@ -227,15 +238,31 @@ class RayGRPOTrainer(RayBaseTrainer):
         metrics.update(plan_balance_metrics(summary["balance"]))  # per DP rank, as the balance report
         self.logger.log_balance(iteration, summary["balance"])
         metrics["timing/iteration"] = time.perf_counter() - start
-        self.kl_ctrl.update(metrics.get("actor/kl", 0.0), plan.train_rows_per_round)
+        kl = metrics.get("actor/reward_kl" if plan.features.kl_in_reward else "actor/kl", 0.0)
+        self.kl_ctrl.update(kl, plan.train_rows_per_round)
         return metrics
 
+    # ------------------------------------------------------------ driver stages (stage table's 'driver' rows)
+
     def compute_rewards(self, stage) -> Dict[str, float]:
-        """Driver stage: rewards, advantages and data metrics of the round."""
+        """Rule rewards (and DAPO's overlong penalty, filter metric) and data metrics of the round."""
         plan = self.run_plan
-        return compute_rewards(self.transfer_dock, stage, self.reward_list, plan.n_samples, self.adv_estimator,
-                               overlong=plan.overlong,
+        return compute_rewards(self.transfer_dock, stage, self.reward_list, overlong=plan.overlong,
                                filter_metric=plan.group_filter.metric if plan.group_filter else None)
+
+    def compute_advantage(self, stage) -> Dict[str, float]:
+        """GRPO/DAPO: group-normalised advantages."""
+        return compute_group_advantages(self.transfer_dock, stage, self.run_plan.n_samples)
+
+    def compute_kl_rewards(self, stage) -> Dict[str, float]:
+        """PPO use_kl_in_reward: per-token rewards less kl_coef * KL(old || ref)."""
+        return ppo_stages.compute_kl_rewards(self.transfer_dock, stage, self.kl_ctrl.value,
+                                             self.run_plan.gae.kl_penalty)
+
+    def compute_gae(self, stage) -> Dict[str, float]:
+        """PPO: GAE advantages and returns over the critic's values."""
+        spec = self.run_plan.gae
+        return ppo_stages.compute_gae(self.transfer_dock, stage, spec.gamma, spec.lam)
 
     def state_dict(self, iteration: int) -> Dict[str, float]:
         """Driver state after ``iteration``: the KL coefficient, the data
@@ -247,8 +274,7 @@ class RayGRPOTrainer(RayBaseTrainer):
     def save(self, iteration: int) -> str:
         """Checkpoint after ``iteration`` (see utils.checkpoint.Checkpointer)."""
         start = time.perf_counter()
-        checkpointer = Checkpointer(self.save_dir, lambda folder: self.actor_worker.save_checkpoint(
-            folder, self.save_optimizer, self.save_rng))
+        checkpointer = Checkpointer(self.save_dir, self._save_groups)
         try:
             folder = checkpointer.save(iteration, self.state_dict(iteration))
         except Exception as err:  # noqa: BLE001  (one line; the tracker was not touched)
@@ -259,6 +285,10 @@ class RayGRPOTrainer(RayBaseTrainer):
         self.last_saved = iteration
         print(f"saved checkpoint {folder} in {time.perf_counter() - start:.2f}s", flush=True)
         return folder
+
+    def _save_groups(self, folder: str) -> None:
+        for role in self.run_plan.roles:  # every worker group writes its own state into the iteration folder
+            self.groups[role].save_checkpoint(folder, self.save_optimizer, self.save_rng)
 
     def _checked(self, batch: dict) -> dict:
         """Reject prompts longer than ``max_prompt_length`` (naming the row)."""

@@ -85,15 +85,11 @@ def data_metrics(batch) -> Dict[str, float]:
             "response_length/min": resp.min(), "prompt_length/mean": prompt.mean()}
 
 
-def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estimator: str = "group_norm",
-                    overlong=None, filter_metric: str = None) -> Dict[str, float]:
-    """The driver stage of a round: one fetch of every row in order, scores
+def compute_rewards(td, stage, reward_list: Sequence, overlong=None, filter_metric: str = None) -> Dict[str, float]:
+    """The reward stage of a round: one fetch of every row in order, scores
     (weighted over ``reward_list``, plus DAPO's overlong penalty with an
-    ``overlong`` spec), group-normalised advantages and data metrics, one put of
-    ``stage.outputs`` (rm_scores, advantages, and with dynamic sampling the
-    ``filter_metric`` verifier's own scores)."""
-    if adv_estimator != "group_norm":
-        raise ValueError(f"adv_estimator '{adv_estimator}' is not supported; use 'group_norm'")
+    ``overlong`` spec) and data metrics, one put of ``stage.outputs`` (rm_scores,
+    and with dynamic sampling the ``filter_metric`` verifier's own scores)."""
     rows = list(range(stage.rows_per_share))
     batch = dock_call(td, "get_rows", list(stage.inputs), rows)
     scores, metrics = score_rows(reward_list, batch["responses"], batch["labels"])
@@ -107,16 +103,36 @@ def compute_rewards(td, stage, reward_list: Sequence, n_samples: int, adv_estima
     if bad.numel():  # named by the trainer's non-finite policy (rl_config.max_nonfinite_iterations)
         metrics.update({"reward/nonfinite": float(bad.numel()), "reward/first_nonfinite_row": float(bad[0]),
                         "reward/first_nonfinite_value": float(scores[bad[0]])})
-    advantages = compute_group_norm_advantages(scores, n_samples)
-    values = (scores, advantages) + ((verifier_scores(reward_list, filter_metric),) if filter_metric else ())
+    values = (scores,) + ((verifier_scores(reward_list, filter_metric),) if filter_metric else ())
     if len(values) != len(stage.outputs):
         raise ValueError(f"stage '{stage.name}' writes {list(stage.outputs)}; got {len(values)} columns "
                          f"(filter_metric={filter_metric!r})")
-    out = dict(zip(stage.outputs, values))
-    dock_call(td, "put_experience", ColumnBatch({k: list(v.reshape(-1, 1)) for k, v in out.items()}), rows)
+    put_columns(td, dict(zip(stage.outputs, values)), rows)
     metrics.update(reward_stats(scores))
     metrics.update(data_metrics(batch))
     return metrics
+
+
+def put_columns(td, columns: Dict[str, torch.Tensor], rows) -> None:
+    """One put of per-row values: a (rows,) tensor is one number per row, a list holds a tensor per row."""
+    out = {k: list(v.reshape(-1, 1)) if isinstance(v, torch.Tensor) else list(v) for k, v in columns.items()}
+    dock_call(td, "put_experience", ColumnBatch(out), rows)
+
+
+def advantage_stats(advantages: Sequence[torch.Tensor]) -> Dict[str, float]:
+    """Mean, std and the fraction of exact zeros over every advantage value of the round."""
+    flat = torch.cat([a.reshape(-1).float() for a in advantages])
+    return {"advantages/mean": float(flat.mean()), "advantages/std": float(flat.std()) if flat.numel() > 1 else 0.0,
+            "advantages/zero_frac": float((flat == 0).float().mean())}
+
+
+def compute_group_advantages(td, stage, n_samples: int) -> Dict[str, float]:
+    """GRPO/DAPO advantage stage: rm_scores normalised within each group of ``n_samples`` rows."""
+    rows = list(range(stage.rows_per_share))
+    scores = torch.cat([s.reshape(1).float() for s in dock_call(td, "get_rows", ["rm_scores"], rows)["rm_scores"]])
+    advantages = compute_group_norm_advantages(scores, n_samples)
+    put_columns(td, {stage.outputs[0]: advantages}, rows)
+    return advantage_stats([advantages])
 
 
 def compute_rule_reward(td, reward_fn, total_rows: int) -> Dict[str, float]:

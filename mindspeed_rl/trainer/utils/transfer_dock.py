@@ -303,29 +303,26 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
         (row lists, in the order the rank runs them). Share s goes to rank
         s % dp. Planned once per round; later calls return the same plan.
         A round with fewer rows than the stage plans for (DAPO dynamic sampling)
-        is cut into the same number of shares, sizes differing by at most one unit."""
+        is cut into the same number of shares, sizes differing by at most one row."""
         if name in self._stage_plans:
             return self._stage_plans[name]
         stage = self._stage_plan(name)
-        dp = self.run_plan.layout.dp
+        dp = self.run_plan.layout_of(stage.role).dp
         n_rows, full = self._round_rows(), stage.planned_rows * dp
-        if n_rows > full or n_rows % stage.unit or n_rows // stage.unit < dp * stage.shares_per_rank:
+        if n_rows > full or n_rows < dp * stage.shares_per_rank:
             raise RuntimeError(f"plan_stage('{name}'): the round holds {n_rows} rows; the stage takes at most "
-                               f"{full}, in units of {stage.unit}, at least one per share of its "
-                               f"{dp * stage.shares_per_rank} shares")
+                               f"{full}, at least one per share of its {dp * stage.shares_per_rank} shares")
         all_rows = torch.arange(n_rows)
         self._require(list(dict.fromkeys(stage.inputs + stage.cost_columns)), all_rows, f"stage '{name}'")
-        units = torch.arange(n_rows // stage.unit)
         n_shares = None if n_rows == full else dp * stage.shares_per_rank
-        shares = self.planner.make_plan(name, units, stage.rows_per_share // stage.unit,
-                                        self._unit_lengths(stage.cost_columns, stage.unit), self.metrics,
-                                        balanced=stage.balanced, n_shares=n_shares)
+        shares = self.planner.make_plan(name, all_rows, stage.rows_per_share, self._row_lengths(stage.cost_columns),
+                                        self.metrics, balanced=stage.balanced, n_shares=n_shares)
         if len(shares) != dp * stage.shares_per_rank:
             raise RuntimeError(f"plan_stage('{name}'): the plan has {len(shares)} shares, the run plan "
                                f"expects {dp * stage.shares_per_rank}")
         if self.planner.history:  # for reports: which DP rank each share goes to
             self.planner.history[-1]["ranks"] = [s % dp for s in range(len(shares))]
-        rows = [(u[:, None] * stage.unit + torch.arange(stage.unit)).reshape(-1).tolist() for u in shares]
+        rows = [u.tolist() for u in shares]
         plan = [[rows[k * dp + r] for k in range(stage.shares_per_rank)] for r in range(dp)]
         self._stage_plans[name] = plan
         return plan
@@ -393,12 +390,12 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
         with self._data_lock:  # gathered into one buffer per column: nothing to pack when pickled
             return ColumnBatch(packed={c: self.experience_data[c].packed(rows) for c in experience_columns})
 
-    def _unit_lengths(self, columns: Sequence[str], unit: int):
-        """unit ids -> their rows' token counts (units x rows), summed over ``columns``."""
+    def _row_lengths(self, columns: Sequence[str]):
+        """row ids -> their token counts, summed over ``columns`` (rows x 1)."""
 
-        def lengths(units: Tensor) -> Tensor:
+        def lengths(rows: Tensor) -> Tensor:
             total = sum(self.experience_lengths[c] for c in columns)
-            return total.view(-1, unit)[units]
+            return total.view(-1, 1)[rows]
         return lengths
 
     # ------------------------------------------------------------ rounds

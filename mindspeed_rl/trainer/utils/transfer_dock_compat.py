@@ -32,6 +32,15 @@ BALANCE_COST_COLUMNS = {c: ["prompt_length", "response_length"]
 class UpstreamPullMixin:
     """Consumer status and ``get_experience`` over the dock's storage and planner."""
 
+    def _unit_lengths(self, columns, unit: int):
+        """unit ids -> their rows' token counts (units x rows), summed over ``columns``; a unit is
+        ``unit`` consecutive rows (a whole GRPO group with get_n_samples)."""
+
+        def lengths(units: Tensor) -> Tensor:
+            total = sum(self.experience_lengths[c] for c in columns)
+            return total.view(-1, unit)[units]
+        return lengths
+
     def _reset_pull_state(self):
         self.batch_seqlen_balance_mapper = {c: list(v) for c, v in BALANCE_COST_COLUMNS.items()}
         self.experience_consumer_status = {c: torch.zeros(self.max_len, dtype=torch.int32)

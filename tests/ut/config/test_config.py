@@ -246,7 +246,7 @@ def test_shares_need_not_be_whole_groups():
     """Sample-level balance: a rank's share of a mini-batch may split GRPO groups
     (advantages are in the dock before any DP stage runs)."""
     plan = validate_rl_args(*_configs({"mini_batch_size": 1, "n_samples_per_prompt": 2}, {"micro_batch_size": 1}))
-    assert plan.stages["actor_train"].rows_per_share == 1 and plan.stages["actor_train"].unit == 1
+    assert plan.stages["actor_train"].rows_per_share == 1
     plan = validate_rl_args(*_configs({"ref_dispatch_size": 2}))
     assert plan.stages["ref_log_prob"].shares_per_rank == 8
 

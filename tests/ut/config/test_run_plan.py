@@ -21,14 +21,16 @@ def test_tiny_plan_numbers():
     plan = _build().plan
     assert (plan.layout.world_size, plan.layout.dp, plan.layout.tp) == (2, 2, 1)
     assert plan.rows_per_round == 32 and plan.mini_batches == 2
-    assert list(plan.stages) == ["actor_rollout", "rule_reward", "ref_log_prob", "actor_log_prob", "actor_train"]
+    assert list(plan.stages) == ["actor_rollout", "rule_reward", "compute_advantage", "ref_log_prob",
+                                 "actor_log_prob", "actor_train"]
     assert [s.name for s in plan.dp_stages] == ["actor_rollout", "ref_log_prob", "actor_log_prob", "actor_train"]
     train = plan.stages["actor_train"]
     assert (train.rows_per_share, train.shares_per_rank, train.balanced) == (8, 2, True)
     # the update reads what the stages before it wrote
     assert {"advantages", "old_log_prob", "ref_log_prob"} <= set(train.inputs)
     reward = plan.stages["rule_reward"]
-    assert not reward.is_dp and reward.rows_per_share == 32 and set(reward.outputs) == {"rm_scores", "advantages"}
+    assert not reward.is_dp and reward.rows_per_share == 32 and set(reward.outputs) == {"rm_scores"}
+    assert plan.stages["compute_advantage"].outputs == ("advantages",)
     assert not plan.stages["actor_rollout"].balanced  # rollout lengths are unknown before it runs
     assert plan.optimizer_steps == 4 * 2 * 1
     assert plan.balance is not None and plan.balance.objective == "tokens"
@@ -123,6 +125,8 @@ def test_every_key_does_something_or_is_declared():
     collide = {"dtype", "optimizer", "rule_reward", "stage", "tokenizer_type"}
     # keys declared for the hf rollout backend only are read by the vLLM backend
     by_backend = {k.name for k in unimplemented.KEYS if k.applies is unimplemented._hf}
+    # keys declared for group_norm runs only are read by PPO's GAE and critic
+    by_backend |= {k.name for k in unimplemented.KEYS if k.applies is unimplemented._group_norm}
     assert {"max_num_seqs", "enable_prefix_caching", "logprobs"} <= by_backend
     stale = sorted(k for k in declared - collide - by_backend if _read_outside_config(k, consumers))
     assert stale == []

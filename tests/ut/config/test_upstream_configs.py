@@ -25,9 +25,10 @@ def _build(path, *overrides):
     return cfgs, [str(w.message) for w in caught]
 
 
-def test_all_nineteen_are_here():
+def test_all_twenty_are_here():
     names = [str(p.relative_to(DATA)) for p in UPSTREAM]
-    assert len(names) == 19
+    assert len(names) == 20
+    assert sum("/ppo_" in n for n in names) == 1
     assert sum(n.startswith("2f84bab/") for n in names) == 4
     assert sum("/grpo_" in n for n in names if n.startswith("05a90d7/")) == 9
     assert sum("/dapo_" in n for n in names) == 6

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import mindspeed_rl.workers.engine_worker as engine_worker
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.generate_config import GenerateConfig
@@ -40,7 +41,7 @@ class Engine:
 
 def _workers(monkeypatch, cfgs, seeds=None):
     monkeypatch.setattr(iw, "CausalLMEngine", Engine)
-    monkeypatch.setattr(iw, "seed_all", lambda seed, deterministic: (seeds if seeds is not None else []).append(seed))
+    monkeypatch.setattr(engine_worker, "seed_all", lambda seed, deterministic: (seeds if seeds is not None else []).append(seed))
     plan = cfgs.plan
     workers = []
     for rank in range(plan.layout.world_size):

@@ -67,7 +67,9 @@ def test_rewards_stage_combines_every_reward_with_its_weight_in_row_order(monkey
     by_length = Weighted(lambda resp, labels: torch.tensor([float(r.numel()) for r in resp]), 0.5)
     by_label = Weighted(lambda resp, labels: torch.tensor([float(int(x)) for x in labels]), 2.0)
     stage = plan.stages["rule_reward"]
-    metrics = compute_utils.compute_rewards(Local(dock), stage, [by_length, by_label], plan.n_samples)
+    metrics = compute_utils.compute_rewards(Local(dock), stage, [by_length, by_label])
+    adv_metrics = compute_utils.compute_group_advantages(Local(dock), plan.stages["compute_advantage"],
+                                                         plan.n_samples)
     labels = [r // plan.n_samples for r in range(plan.rows_per_round)]  # repeated per sample, not tiled
     want = torch.tensor([0.5 * n + 2.0 * lab for n, lab in zip(lengths, labels)])
     scores = torch.cat([s.reshape(1) for s in dock.experience_data["rm_scores"]])
@@ -77,6 +79,8 @@ def test_rewards_stage_combines_every_reward_with_its_weight_in_row_order(monkey
     assert torch.allclose(adv, ((groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-6))
                           .reshape(-1), atol=1e-5)
     assert metrics["reward/mean"] == pytest.approx(float(want.mean()))
+    assert adv_metrics["advantages/mean"] == pytest.approx(float(adv.mean()), abs=1e-6)
+    assert adv_metrics["advantages/zero_frac"] == pytest.approx(float((adv == 0).float().mean()))
     assert metrics["response_length/max"] == max(lengths)
 
 
@@ -85,5 +89,5 @@ def test_rewards_stage_rejects_a_reward_with_the_wrong_row_count(monkeypatch):
     plan, dock, _ = _reward_dock()
     short = Weighted(lambda resp, labels: torch.zeros(3), 1.0)
     with pytest.raises(ValueError, match="gave 3 scores for 32 responses"):
-        compute_utils.compute_rewards(Local(dock), plan.stages["rule_reward"], [short], plan.n_samples)
+        compute_utils.compute_rewards(Local(dock), plan.stages["rule_reward"], [short])
     assert not bool(dock.experience_data_status["rm_scores"].any())  # nothing written
