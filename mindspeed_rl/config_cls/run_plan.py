@@ -523,12 +523,16 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
             stages[row.name] = StagePlan(row.name, n, 1, False, stage=row, inputs=inputs,
                                          extra_outputs=outputs[len(row.outputs):])
             continue
+        if layouts.get(row.role) is None:
+            raise PlanError(f"stage '{row.name}' runs on role {row.role!r}, which has no worker group in this run "
+                            f"(groups: {[r for r, v in layouts.items() if v is not None]})")
         role_dp = layouts[row.role].dp
         if row.share == "mini":  # one share per optimizer step: mini-batch rows over the role's DP ranks
             stages[row.name] = _stage(row, None, mini // role_dp, n, role_dp, rl_config.use_dp_batch_balance,
                                       inputs, outputs)
         else:
-            stages[row.name] = _stage(row, getattr(rl_config, row.dispatch_key), n // role_dp, n, role_dp,
+            size = getattr(rl_config, row.dispatch_key) if row.dispatch_key else None
+            stages[row.name] = _stage(row, size, n // role_dp, n, role_dp,
                                       rl_config.use_dp_batch_balance, inputs, outputs)
     if group_filter is not None:  # the filter reads its metric and carries what the train stages read
         later = [s for s in stages.values() if s.phase == "train"]
