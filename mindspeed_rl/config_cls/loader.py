@@ -28,9 +28,9 @@ from mindspeed_rl.config_cls.generate_config import GenerateConfig
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
 from mindspeed_rl.config_cls.model_arch import check_fixed
 from mindspeed_rl.config_cls.rl_config import RLConfig
-from mindspeed_rl.config_cls.run_plan import RunPlan
+from mindspeed_rl.config_cls.run_plan import RunPlan, build_run_plan
 from mindspeed_rl.config_cls.unimplemented import check_keys
-from mindspeed_rl.config_cls.validate_config import validate_rl_args
+from mindspeed_rl.config_cls.validate_config import check_rl_args, write_derived
 from mindspeed_rl.utils.checkpoint import CheckpointError, is_checkpoint, resolve
 from mindspeed_rl.utils.megatron_format import megatron_load_error
 
@@ -248,7 +248,9 @@ def build_configs(cfg):
     if critic_config is not None:
         _critic_weights(critic_config, actor_config)
     _check_verifiers(rl_config)
-    plan = validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config, critic_config)
+    check_rl_args(actor_config, rl_config, generate_config)
+    plan = build_run_plan(actor_config, rl_config, generate_config, critic_config)
+    write_derived(plan, rl_config, generate_config)
     for role in roles:
         role.max_prompt_length = rl_config.max_prompt_length
 
@@ -348,22 +350,15 @@ def _upstream_semantics(cfg, rl_config):
 
 
 def _check_verifiers(rl_config):
-    """Verifier names are looked up in the reward registry now, not in a worker later."""
-    from mindspeed_rl.models import rule_reward
-    known_fn = getattr(rule_reward, "known_verifiers", None)
-    if callable(known_fn):
-        known = set(known_fn())
-    else:
-        known = set(getattr(rule_reward, "VERIFIERS", {})) | set(getattr(rule_reward, "TEXT_VERIFIERS", {}))
+    """Verifier names are checked now (models/rule_reward.text_verifier_path), not in a worker later."""
+    from mindspeed_rl.models.rule_reward import text_verifier_path
     for name in rl_config.verifier_function:
         if not isinstance(name, str):
             raise ConfigError(f"rl_config.verifier_function: {name!r} is not a verifier name")
-        if ":" in name or name in known:
-            continue
-        close = difflib.get_close_matches(name, sorted(known), n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise ConfigError(f"rl_config.verifier_function: unknown verifier '{name}'{hint} "
-                          f"(known: {', '.join(sorted(known))}, or 'module:function')")
+        try:
+            text_verifier_path(name)
+        except ValueError as err:
+            raise ConfigError(f"rl_config.verifier_function: {err}") from None
 
 
 def _section_keys():

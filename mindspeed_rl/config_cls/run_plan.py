@@ -486,7 +486,7 @@ def _critic(critic_config, rl_config, generate_config, mini, rows) -> Optional[R
 
 
 def build_run_plan(actor_config, rl_config, generate_config, critic_config=None) -> RunPlan:
-    """Derive the run plan (configs already checked by ``validate_rl_args``): the stage table's rows
+    """Derive the run plan (configs already checked by ``check_rl_args``): the stage table's rows
     whose ``when`` holds for the run's features, each sized for its role's layout."""
     _check_rollout_layout(actor_config, generate_config)
     layout = _check_layout(actor_config, rl_config.actor_resource, given_dp=generate_config.data_parallel_size)
@@ -497,10 +497,14 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
     rollout_rows = actor_config.global_batch_size * rl_config.n_samples_per_prompt
     # the train stages take filter_groups_train_batch_size prompts under dynamic sampling
     rows = (train_prompts or actor_config.global_batch_size) * rl_config.n_samples_per_prompt
-    mini = rl_config.mini_batch_size
+    mini, n = rl_config.mini_batch_size, rl_config.n_samples_per_prompt
+    if mini % n:
+        raise PlanError(f"rl_config.mini_batch_size={mini} (in samples) must be a multiple of "
+                        f"rl_config.n_samples_per_prompt={n}")
     if rows % mini:
-        raise PlanError(f"rl_config.mini_batch_size={mini} (in samples) must divide the {rows} rows of a train "
-                        f"batch (filter_groups_train_batch_size * n_samples_per_prompt)")
+        raise PlanError(f"rl_config.mini_batch_size={mini // n} prompts ({mini} samples with n_samples_per_prompt="
+                        f"{n}) must divide the train batch of {rows // n} prompts ({rows} samples: global_batch_size, "
+                        f"or filter_groups_train_batch_size with filter_groups_enable)")
     if mini % dp:
         raise PlanError(f"rl_config.mini_batch_size={mini} (in samples) must be divisible by the "
                         f"data parallel size {dp}")

@@ -51,37 +51,13 @@ def _check_worker_mode(rl_config):
         if rl_config.reward_resource is not None:
             raise ValueError("rl_config.reward_resource must not be set when "
                              "rl_config.use_integrated_worker is true (no reward model)")
-        # The reference model lives on the actor's devices.
-        rl_config.reference_resource = rl_config.actor_resource
     elif rl_config.integrated_mode_config is not None:
         raise ValueError("rl_config.integrated_mode_config must not be set when "
                          "rl_config.use_integrated_worker is false")
 
 
-def _check_batches(actor_config, rl_config):
-    n = rl_config.n_samples_per_prompt
-    mini = rl_config.mini_batch_size  # already counted in samples
-    # under DAPO's dynamic sampling the train batch is filter_groups_train_batch_size prompts
-    prompts = rl_config.filter_groups_train_batch_size if rl_config.filter_groups_enable \
-        else actor_config.global_batch_size
-    total = prompts * n
-    if mini % n != 0:
-        raise ValueError(f"rl_config.mini_batch_size={mini} (in samples) must be a "
-                         f"multiple of rl_config.n_samples_per_prompt={n}")
-    if total % mini != 0:
-        raise ValueError(
-            f"rl_config.mini_batch_size={mini // n} prompts ({mini} samples with n_samples_per_prompt={n}) "
-            f"must divide the train batch of {prompts} prompts ({total} samples: global_batch_size, or "
-            f"filter_groups_train_batch_size with filter_groups_enable)")
-
-
-def validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config, critic_config=None):
-    """Check the configs of one run against each other and return its RunPlan.
-
-    As upstream does, the derived values are also written back for readers of
-    the configs: ``rl_config.*_dispatch_size``, ``reference_resource`` and
-    ``generate_config.data_parallel_size``; they are copies of the plan's.
-    """
+def check_rl_args(actor_config, rl_config, generate_config):
+    """Cross-field checks of one run's configs (nothing is written; the run plan checks the layout)."""
     _check_rl_scalars(rl_config)
     for key in ("global_batch_size", "seq_length", "micro_batch_size", "train_iters"):
         _positive_int(getattr(actor_config, key), f"megatron_training.{key}")
@@ -93,17 +69,31 @@ def validate_rl_args(actor_config, ref_config, reward_config, rl_config, generat
         raise ValueError(f"generate_config.max_model_len={generate_config.max_model_len} "
                          f"is smaller than actor_config.seq_length={actor_config.seq_length}")
     _check_worker_mode(rl_config)
-    _check_batches(actor_config, rl_config)
     if rl_config.use_dynamic_bsz:
         longest = rl_config.max_prompt_length + generate_config.sampling_config["max_tokens"]
         if rl_config.max_packing_token_size < longest:  # upstream too fails only on such a sequence
             warnings.warn(
                 f"rl_config.max_packing_token_size={rl_config.max_packing_token_size} is below the longest "
                 f"possible sequence max_prompt_length + sampling_config.max_tokens = {longest}: a sequence "
-                f"longer than the budget stops the run when it occurs", UserWarning, stacklevel=2)
-    plan = build_run_plan(actor_config, rl_config, generate_config, critic_config)
+                f"longer than the budget stops the run when it occurs", UserWarning, stacklevel=3)
+
+
+def write_derived(plan, rl_config, generate_config) -> None:
+    """Copies of the plan's numbers into the configs, for code that reads them there as upstream's does:
+    ``rl_config.*_dispatch_size``, ``reference_resource`` (the actor's devices) and
+    ``generate_config.data_parallel_size``. Nothing of ours reads them back."""
     for stage in plan.dp_stages:
         setattr(rl_config, stage.config_key, stage.rows_per_share)
     rl_config.reward_dispatch_size = rl_config.adv_dispatch_size = plan.rows_per_round
+    if rl_config.use_integrated_worker:
+        rl_config.reference_resource = rl_config.actor_resource
     generate_config.data_parallel_size = plan.layout.dp
+
+
+def validate_rl_args(actor_config, ref_config, reward_config, rl_config, generate_config, critic_config=None):
+    """Upstream's entry point, as upstream's behaves: check the configs, then fill the derived values in
+    (``write_derived``); here it also returns the run plan those values come from."""
+    check_rl_args(actor_config, rl_config, generate_config)
+    plan = build_run_plan(actor_config, rl_config, generate_config, critic_config)
+    write_derived(plan, rl_config, generate_config)
     return plan

@@ -129,7 +129,6 @@ class CausalLMEngine:
         self.module = module
         self.attn_implementation = getattr(module.config, "_attn_implementation", None) or "eager"
 
-        self.model = module
         # one path for every layout: sharding.parallelize over a (dp, tp) mesh; the DDP engine's
         # data-parallel group becomes a 1-D dp mesh (replicate, DDP semantics)
         self.fsdp = bool(fsdp and mesh is not None)
@@ -245,7 +244,7 @@ class CausalLMEngine:
         # zero loss that still touches every parameter, so DDP sees a normal backward
         ids = torch.full((1, 1), self.pad_id, dtype=torch.long, device=self.device)
         with self._autocast():
-            logits = self.model(input_ids=ids, use_cache=False).logits
+            logits = self.module(input_ids=ids, use_cache=False).logits
         return logits.float().sum() * 0.0
 
     # ------------------------------------------------------------------ scoring
@@ -332,7 +331,7 @@ class CausalLMEngine:
         """
         if not self.trainable:
             raise RuntimeError("this engine was built with trainable=False")
-        self.model.train()
+        self.module.train()
         self.zero_grad()
         mbs = [[int(i) for i in mb] for mb in micro_batches] or [[]]
         scale = float(dp_size) / float(token_count) if token_count > 0 else 0.0
@@ -344,10 +343,10 @@ class CausalLMEngine:
                 self.module.set_requires_gradient_sync(last)  # reduce once, after the last
             if mb:
                 if self.head == "value":
-                    outs, ents = self._micro_batch_values(self.model, prompts, responses, mb), None
+                    outs, ents = self._micro_batch_values(self.module, prompts, responses, mb), None
                 else:
                     outs, ents = self._micro_batch_scores(
-                        self.model, prompts, responses, mb, with_entropy, temperature
+                        self.module, prompts, responses, mb, with_entropy, temperature
                     )
                 loss_sum, metrics = loss_fn(mb, outs, ents)
                 for key, value in (metrics or {}).items():

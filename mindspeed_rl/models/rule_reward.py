@@ -1,6 +1,6 @@
 """Rule-based rewards: named verifiers (token or text) and their weighted sum."""
 import difflib
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -65,10 +65,18 @@ def verifier_names() -> List[str]:
     return sorted(set(VERIFIERS) | set(TEXT_VERIFIERS))
 
 
-def _unknown(name: str) -> ValueError:
-    close = difflib.get_close_matches(name, verifier_names(), n=3)
-    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-    return ValueError(f"unknown verifier {name!r}{hint}; known: {verifier_names()}, or 'module:function'")
+def text_verifier_path(name: str) -> Optional[str]:
+    """The 'module:function' a verifier name scores with (None for a token verifier); an unknown
+    name is a ValueError naming the closest known ones (the one check of verifier names)."""
+    if name in VERIFIERS:
+        return None
+    path = TEXT_VERIFIERS.get(name, name if isinstance(name, str) and ":" in name else None)
+    if path is None:
+        close = difflib.get_close_matches(str(name), verifier_names(), n=3)
+        hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+        raise ValueError(f"unknown verifier {name!r}{hint}; known: {', '.join(verifier_names())}, "
+                         f"or 'module:function'")
+    return path
 
 
 class RuleReward:
@@ -91,11 +99,9 @@ class RuleReward:
                 f"verifier_weight has {len(verifier_weight)}")
         self.paths = {}
         for name in verifier_function:
-            if name in VERIFIERS:
-                continue
-            path = TEXT_VERIFIERS.get(name, name if ":" in name else None)
+            path = text_verifier_path(name)
             if path is None:
-                raise _unknown(name)
+                continue
             resolve(path)  # fail now, naming it, not in a worker
             self.paths[name] = path
         if self.paths and tokenizer is None:

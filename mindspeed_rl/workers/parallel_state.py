@@ -1,8 +1,8 @@
 """Rank layout of a worker group: ranks = DP x TP (tensor-parallel fastest).
 
-Tensor-parallel peers hold the same data (the TP source fetches it from the
-dock and broadcasts it); data-parallel peers hold different shares and sync
-gradients. The sharded engines also use the (dp, tp) DeviceMesh built here.
+Tensor-parallel peers hold the same data (the driver sends each of them its DP
+rank's rows, one shared object); data-parallel peers hold different shares and
+sync gradients. The sharded engines also use the (dp, tp) DeviceMesh built here.
 """
 from dataclasses import dataclass, field
 from typing import List

@@ -220,7 +220,7 @@ def test_our_checkpoints_and_hf_folders_are_not_megatron(tmp_path):
      "generate_config.sampling_config: unknown key 'temprature'; did you mean 'temperature'?"),
     ("model.tiny_qwen2.num_layer=2", "model tiny_qwen2: unknown key 'num_layer'; did you mean 'num_layers'?"),
     ("rl_config.verifier_function=['base_ac']",
-     "rl_config.verifier_function: unknown verifier 'base_ac'; did you mean 'base_acc'?"),
+     "rl_config.verifier_function: unknown verifier 'base_ac' (did you mean 'base_acc'"),
 ])
 def test_typos_name_the_section_and_the_closest_key(override, message):
     with pytest.raises(ConfigError) as err:
