@@ -33,7 +33,7 @@ class StandInEngine:
 
     def generate(self, prompts, max_new_tokens, seed=0, **kwargs):
         import torch
-        rng = np.random.default_rng(seed % 2 ** 32)
+        rng = np.random.default_rng((seed or 0) % 2 ** 32)
         return [torch.ones(int(rng.integers(1, max_new_tokens + 1)), dtype=torch.long) for _ in prompts]
 
     def log_probs(self, prompts, responses, micro_batches, temperature=1.0, **kwargs):
@@ -48,12 +48,14 @@ class StandInEngine:
 
 
 def _worker_class():
+    from mindspeed_rl.models.rollout.hf_backend import HFRollout
     from mindspeed_rl.workers.integrated_worker import IntegratedWorker
 
     class StandInWorker(IntegratedWorker):
         def initialize(self, model_path, eos_id, pad_id):
             self.actor = StandInEngine()
             self.ref = StandInEngine() if self.run_plan.uses_reference else None
+            self.rollout = HFRollout(self.actor)  # generate on the stand-in engine
             self.eos_id, self.pad_id = eos_id, pad_id
             return self.rank
 
