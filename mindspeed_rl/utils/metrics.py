@@ -6,6 +6,8 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
+from mindspeed_rl.utils.seqlen_balancing import imbalance  # noqa: F401  (re-exported: one definition)
+
 
 def _check_key(key) -> None:
     if not isinstance(key, str) or not key:
@@ -82,13 +84,6 @@ class Metric:
 
 
 # ---------------------------------------------------------------- DP balance: one definition
-
-
-def imbalance(loads) -> float:
-    """max / mean - 1 of per-rank (or per-share) loads; 0 when they are all zero."""
-    arr = np.asarray(loads, dtype=np.float64)
-    mean = float(arr.mean())
-    return float(arr.max()) / mean - 1.0 if mean > 0 else 0.0
 
 
 def per_rank(values, ranks) -> List[float]:

@@ -354,6 +354,13 @@ def sized_lower_bound(weights, k_partitions: int, equal_size: bool = True) -> fl
     return load_lower_bound(w, k_partitions, w.size // k_partitions if equal_size else 1)
 
 
+def imbalance(loads) -> float:
+    """max / mean - 1 of per-rank (or per-share) loads; 0 when they are all zero (the one definition)."""
+    arr = np.asarray(loads, dtype=np.float64)
+    mean = float(arr.mean())
+    return float(arr.max()) / mean - 1.0 if mean > 0 else 0.0
+
+
 def balance_stats(weights, partitions: Sequence[Sequence[int]]) -> Dict[str, object]:
     """Per-partition loads and how far the heaviest is from the ideal.
 
@@ -373,7 +380,7 @@ def balance_stats(weights, partitions: Sequence[Sequence[int]]) -> Dict[str, obj
         "max": top,
         "min": float(loads.min()),
         "mean": mean,
-        "imbalance": top / mean - 1.0 if mean > 0 else 0.0,
+        "imbalance": imbalance(loads),
         "lower_bound": lower,
         "gap": top / lower - 1.0 if lower > 0 else 0.0,
     }

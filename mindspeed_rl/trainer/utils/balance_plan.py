@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mindspeed_rl.utils.seqlen_balancing import METHODS, get_seqlen_balanced_partitions
+from mindspeed_rl.utils.seqlen_balancing import METHODS, get_seqlen_balanced_partitions, imbalance
 from mindspeed_rl.utils.workload import OBJECTIVES, WorkloadModel
 
 # unit_lengths(units) -> int tensor (len(units), rows_per_unit) of token counts
@@ -128,8 +128,8 @@ class BalancePlanner:
             return
         prefix = f"dp_balance/{consumer}"
         values = {
-            f"{prefix}/imbalance": loads.max() / mean - 1 if mean > 0 else 0.0,
-            f"{prefix}/imbalance_random": random_loads.max() / mean - 1 if mean > 0 else 0.0,
+            f"{prefix}/imbalance": imbalance(loads),
+            f"{prefix}/imbalance_random": imbalance(random_loads),
             f"{prefix}/max_load": loads.max(),
             f"{prefix}/min_load": loads.min(),
             f"{prefix}/mean_load": mean,
