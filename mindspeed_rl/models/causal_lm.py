@@ -17,6 +17,7 @@ and micro-batches. Every rank must run the same number of micro-batches (empty o
 """
 import contextlib
 import math
+import warnings
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -212,7 +213,10 @@ class CausalLMEngine:
             width = input_ids.shape[1]
             kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": False}
             starts = [k * width + p_lens[k] for k in range(len(seqs))]
-        with self._autocast():
+        with self._autocast(), warnings.catch_warnings():
+            # FSDP2 warns when a root module returns a view (the value head's (B, T, 1) output is one);
+            # the engine only reads head outputs out of place, so its hooks are safe
+            warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
             out = model(**kwargs).logits
         return out, input_ids, starts, r_lens
 
