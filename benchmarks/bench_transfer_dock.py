@@ -36,10 +36,8 @@ import torch  # noqa: E402
 # run from a checkout without installing as well
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock  # noqa: E402
+from mindspeed_rl.compat.transfer_dock import GRPOTransferDock, PullDock as PlainDock  # noqa: E402
 from mindspeed_rl.utils.seqlen_balancing import balance_stats, get_seqlen_balanced_partitions  # noqa: E402
-
-PlainDock = GRPOTransferDock.__ray_actor_class__
 
 CONSUMER = "actor_train"
 COLUMNS = ["responses", "prompt_length", "response_length"]
@@ -129,12 +127,11 @@ class SeedDock(PlainDock):
         batch, index = super().get_experience(*args, **kwargs)
         return (dict(batch) if batch is not None else None), index  # upstream replies: lists of tensors
 
-    def _put_packed(self, experience_columns, packed, indexes):
-        super()._put_packed(experience_columns, packed, indexes)
-        rows = self._check_indexes(indexes, "put experience")
+    def _write(self, columns, parts, rows, lengths):
+        super()._write(columns, parts, rows, lengths)
         if not hasattr(self, "_row_lists"):
             self._row_lists = {}
-        for column, part in zip(experience_columns, packed):
+        for column, part in zip(columns, parts):
             if column in ("prompt_length", "response_length"):
                 store = self._row_lists.setdefault(column, [None] * self.max_len)
                 for row, value in zip(rows.tolist(), part[0].reshape(-1, 1).unbind(0)):

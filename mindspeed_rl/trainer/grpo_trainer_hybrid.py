@@ -1,7 +1,7 @@
 """RayGRPOTrainer: one GRPO iteration runs the run plan's stage table in order
 (rollout -> rewards and advantages -> ref/old log-probs -> update). The dock
-lives in the driver: for each DP stage the driver sends every rank its rows and
-writes the ranks' results back."""
+lives in the driver; trainer/stage_runner.py runs the stages on it (for a DP
+stage: every rank its rows, the ranks' results written back in one call)."""
 import math
 import time
 from typing import Dict, Iterator, List
@@ -9,8 +9,9 @@ from typing import Dict, Iterator, List
 import numpy as np
 from tqdm import tqdm
 
-from mindspeed_rl.trainer.base import RayBaseTrainer
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, TRAIN
+from mindspeed_rl.trainer.base import RayBaseTrainer
+from mindspeed_rl.trainer.stage_runner import StageRunner
 from mindspeed_rl.trainer.utils import ppo_stages
 from mindspeed_rl.trainer.utils.compute_utils import compute_group_advantages, compute_rewards
 from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
@@ -178,49 +179,15 @@ class RayGRPOTrainer(RayBaseTrainer):
         self.data_position += 1
 
     def _run_stages(self, stages, iteration: int):
-        """Run ``stages`` (StagePlans) in order on the dock's current round; returns
-        (driver stages' metrics, the ranks' metrics of the DP stages). Consecutive
-        DP stages on one worker group whose plans coincide (the reference and old
-        log-probs) run in one call per rank."""
-        td = self.transfer_dock
-        metrics, results = {}, []
-        i = 0
-        while i < len(stages):
-            stage = stages[i]
-            i += 1
-            if not stage.is_dp:
-                metrics.update(getattr(self, stage.method)(stage))
-                continue
-            group, together = self._group(stage), [stage]
-            while i < len(stages) and self._runs_with(stages[i], together, group):
-                together.append(stages[i])
-                i += 1
-            name = stage.name if len(together) == 1 else tuple(s.name for s in together)
-            stage_results, outputs = group.run_stage(name, td, iteration=iteration, kl_coef=self._loss_kl_coef())
-            results += stage_results
-            if any(s.outputs for s in together):
-                td.put_stage(name, *outputs)
-        return metrics, results
-
-    def _group(self, stage):
-        group = self.groups.get(stage.role)
-        if group is None:
-            raise ValueError(f"stage '{stage.name}' runs on role {stage.role!r}, which has no worker group")
-        return group
+        """Run ``stages`` (StagePlans) in order on the dock's current round (trainer/stage_runner.py); returns
+        (driver stages' metrics, the ranks' metrics of the DP stages). Consecutive DP stages on one worker
+        group whose plans coincide (the reference and old log-probs) run in one call per rank."""
+        runner = StageRunner(self.transfer_dock, self.groups)
+        return runner.run(stages, self, iteration=iteration, kl_coef=self._loss_kl_coef())
 
     def _loss_kl_coef(self) -> float:
         """The actor loss's KL coefficient: none when the KL is taken from the rewards (PPO use_kl_in_reward)."""
         return 0.0 if self.run_plan.features.kl_in_reward else self.kl_ctrl.value
-
-    def _runs_with(self, stage, together, group) -> bool:
-        """Whether DP ``stage`` can join the stages in ``together``: the same
-        worker group, none of their outputs among its inputs, and the same plan."""
-        if not stage.is_dp or self._group(stage) is not group:
-            return False
-        if set(stage.inputs) & {c for s in together for c in s.outputs}:
-            return False
-        td = self.transfer_dock
-        return td.plan_stage(stage.name) == td.plan_stage(together[0].name)
 
     def _finish_step(self, iteration: int, metrics: Dict[str, float], results: List[Dict[str, float]],
                      start: float):
@@ -265,11 +232,10 @@ class RayGRPOTrainer(RayBaseTrainer):
         return ppo_stages.compute_gae(self.transfer_dock, stage, spec.gamma, spec.lam)
 
     def state_dict(self, iteration: int) -> Dict[str, float]:
-        """Driver state after ``iteration``: the KL coefficient, the data
-        iterator's position (batches taken) and the dock's round count."""
+        """Driver state after ``iteration``: the KL coefficient and the data
+        iterator's position (batches taken; the dock's round follows from it)."""
         position = iteration if self.data_position is None else self.data_position
-        return {"iteration": iteration, "kl_coef": self.kl_ctrl.value, "data_position": position,
-                "dock_round": iteration}
+        return {"iteration": iteration, "kl_coef": self.kl_ctrl.value, "data_position": position}
 
     def save(self, iteration: int) -> str:
         """Checkpoint after ``iteration`` (see utils.checkpoint.Checkpointer)."""

@@ -2,8 +2,8 @@
 
 An iteration folder holds ``dcp/`` (torch.distributed.checkpoint: the actor's
 sharded model and optimizer state, written by every rank), ``rng/rank<k>.pt``
-and ``trainer_state.json`` (iteration, KL coefficient, data position, dock
-round). ``Checkpointer`` writes a save into a temporary folder, fsyncs it,
+and ``trainer_state.json`` (iteration, KL coefficient, data position).
+``Checkpointer`` writes a save into a temporary folder, fsyncs it,
 renames it into place and only then replaces the tracker
 ``latest_checkpointed_iteration.txt`` (atomically): no save ever writes into a
 folder the tracker names or into a complete checkpoint, so a crash at any
@@ -238,23 +238,23 @@ def remove_stale_partial_saves(root: str) -> list:
 def resume_state(found: Optional[Tuple[str, int]], weights_only: bool = False) -> dict:
     """The driver's state to continue from: ``iteration``, ``data_position``
     (prompt batches taken; DAPO's refills take more than one per iteration),
-    ``kl_coef`` (absent: the configured one) and ``dock_round``. A fresh run,
-    or ``weights_only``, starts at 0."""
+    and ``kl_coef`` (absent: the configured one). A fresh run, or
+    ``weights_only``, starts at 0. Other keys of the saved state (an older
+    version's ``dock_round``) are ignored."""
     if found is None or weights_only:
-        return {"iteration": 0, "data_position": 0, "dock_round": 0}
+        return {"iteration": 0, "data_position": 0}
     folder, iteration = found
     state = read_state(folder)
     return {"iteration": iteration, "kl_coef": state["kl_coef"],
-            "data_position": int(state.get("data_position", iteration)),
-            "dock_round": int(state.get("dock_round", iteration))}
+            "data_position": int(state.get("data_position", iteration))}
 
 
 class Checkpointer:
     """Every stateful part of a run, one folder per iteration: the workers'
     sharded state and RNG streams (``save_workers(folder)`` /
     ``load_workers(folder, iteration, with_optimizer, with_rng)``) and the
-    driver's state dict (trainer: iteration, KL coefficient, data position,
-    dock round). Loading: ``find`` the folder (before any worker starts),
+    driver's state dict (trainer: iteration, KL coefficient, data position).
+    Loading: ``find`` the folder (before any worker starts),
     then ``restore``."""
 
     def __init__(self, root: str, save_workers: Callable[[str], object] = None,

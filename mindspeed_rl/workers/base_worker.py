@@ -1,4 +1,4 @@
-"""Worker base: process-group set-up and the dock data path shared by all workers."""
+"""Worker base: process-group set-up and the stage call shared by all workers."""
 import os
 import socket
 from datetime import timedelta
@@ -9,24 +9,22 @@ import torch
 import torch.distributed as dist
 from transformers.utils import logging as hf_logging
 
+from mindspeed_rl.compat.workers import UpstreamWorkerIO
 from mindspeed_rl.config_cls.base_config import BaseConfig
 from mindspeed_rl.models.device import get_device, get_dist_backend
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+from mindspeed_rl.trainer.utils.columnar import cpu_batch
 from mindspeed_rl.workers.parallel_state import ParallelState
 
 
-def _for_dock(output: Dict[str, List[torch.Tensor]]) -> ColumnBatch:
-    """Stage results as the dock takes them: CPU tensors, one buffer per column through Ray."""
-    return ColumnBatch({k: [t.detach().cpu() for t in v] for k, v in output.items()})
-
-
-class BaseWorker:
-    """One rank of a worker group (a Ray actor). For each stage the driver
-    sends every rank its DP rank's row ids and rows (TP peers get the same
-    ones); the TP source returns the results for the dock. Everything a rank
-    reads of the run comes from ``run_plan`` (layout, stages, timeouts) and
-    its ``worker`` spec (engine, optimizer, sampling, micro-batches, loss);
-    the config objects stay in the driver."""
+class BaseWorker(UpstreamWorkerIO):
+    """One rank of a worker group (a Ray actor). For each stage group the
+    driver sends every rank its DP rank's row ids and rows (TP peers get the
+    same ones); the TP source returns the results for the dock. Everything a
+    rank reads of the run comes from ``run_plan`` (layout, stages, timeouts)
+    and its ``worker`` spec (engine, optimizer, sampling, micro-batches, loss);
+    the config objects stay in the driver. Upstream's dock methods
+    (``init_transfer_dock``, ``collect_transfer_dock_data``) come from
+    ``compat.workers.UpstreamWorkerIO``."""
 
     def __init__(self, rank: int, world_size: int, run_plan, **kwargs):
         if run_plan is None or not hasattr(run_plan, "worker"):
@@ -40,8 +38,6 @@ class BaseWorker:
             raise ValueError(f"world_size {world_size} disagrees with the run plan's {run_plan.layout.world_size}")
         self.run_plan = run_plan
         self.rank, self.world_size = rank, world_size
-        self.kwargs = kwargs
-        self.td = None
         self.parallel_state: Optional[ParallelState] = None
         self.device = get_device(int(os.environ.get("LOCAL_RANK", 0)))
         hf_logging.disable_progress_bar()
@@ -68,44 +64,31 @@ class BaseWorker:
             self.parallel_state.build_mesh(self.device.type)
         return self.rank
 
-    def init_transfer_dock(self, td):
-        self.td = td
-
     def shutdown(self):
-        self.td = None  # drop the dock handle now, not while the process is being killed
+        super().shutdown()  # upstream's dock handle, dropped now, not while the process is being killed
         if dist.is_initialized():
             dist.destroy_process_group()
 
-    # ------------------------------------------------------------ dock data path
+    # ------------------------------------------------------------ stages
 
     @property
     def is_tp_src(self) -> bool:
         return self.parallel_state.tp_rank == 0
 
-    def write_rows(self, output: Dict[str, List[torch.Tensor]], rows: List[int]):
-        """Write results to the dock in one call (the TP source only; its peers hold the same values)."""
-        if self.is_tp_src and rows:
-            ray.get(self.td.put_experience.remote(data_dict=_for_dock(output), indexes=list(rows)))
-
-    def collect_transfer_dock_data(self, output: Dict[str, List[torch.Tensor]], index: List[int],
-                                   use_vllm: bool = False):
-        """Upstream's name for writing results to the dock."""
-        self.write_rows(output, index)
-
-    def run_stage(self, name, plan: List[List[List[int]]], batch, **context) -> Tuple[Dict[str, float], object]:
-        """Run DP stage ``name`` (or a tuple of stages that share one plan, in
-        order) on this rank's shares of the round's ``plan`` (row lists per DP
-        rank, from the dock's ``dispatch``); ``batch`` holds those rows (the
-        shares concatenated). Returns (metrics, output columns for the dock's
-        ``put_stage``; None on TP peers and for stages that write nothing)."""
+    def run_stage(self, group, plan: List[List[List[int]]], batch, **context) -> Tuple[Dict[str, float], object]:
+        """Run the DP stages of ``group`` (trainer.stage_runner.StageGroup; they
+        share one plan) in order on this rank's shares of the round's ``plan``
+        (row lists per DP rank, from the dock's ``dispatch``); ``batch`` holds
+        those rows (the shares concatenated). Returns (metrics, output columns
+        for the dock's ``put_stage``; None on TP peers and for stages that write nothing)."""
         metrics, output = {}, {}
-        for one in ((name,) if isinstance(name, str) else tuple(name)):
-            stage_metrics, stage_output = self._run_one(one, plan, batch, context)
+        for name in group.names:
+            stage_metrics, stage_output = self._run_one(name, plan, batch, context)
             metrics.update(stage_metrics)
             output.update(stage_output or {})
         if not output or not self.is_tp_src:
             return metrics, None
-        return metrics, _for_dock(output)
+        return metrics, cpu_batch(output)
 
     def _run_one(self, name: str, plan, batch, context):
         stage = self.run_plan.stages.get(name)

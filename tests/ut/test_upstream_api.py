@@ -74,6 +74,27 @@ def test_required_imports():
     assert RLConfig().n_samples_per_prompt >= 1
 
 
+def test_the_upstream_surface_lives_in_compat_and_imports_from_the_old_paths():
+    import mindspeed_rl.compat as compat
+    from mindspeed_rl.compat.transfer_dock import PullDock
+    from mindspeed_rl.trainer.utils import compute_utils, transfer_dock
+    from mindspeed_rl.workers import rule_reward
+    from mindspeed_rl.workers.base_worker import BaseWorker
+    from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
+    assert transfer_dock.GRPOTransferDock is compat.GRPOTransferDock
+    assert compat.GRPOTransferDock.__ray_actor_class__ is PullDock  # the actor class serves the pull API
+    assert transfer_dock.TransferDock is compat.TransferDock and rule_reward.RuleReward is compat.RuleReward
+    for name in ("compute_rule_reward", "compute_advantage", "get_last_reward", "compute_grpo_data_metrics",
+                 "dock_call"):
+        assert getattr(compute_utils, name) is getattr(compat, name), name
+    for name in ("init_transfer_dock", "write_rows", "collect_transfer_dock_data"):
+        assert getattr(BaseWorker, name) is getattr(compat.UpstreamWorkerIO, name), name
+    assert RayActorGroup.sync_init_transfer_dock is compat.UpstreamGroupIO.sync_init_transfer_dock
+    # the driver's dock has none of it: no consumers, waits or locks
+    for name in ("get_experience", "all_consumed", "update_metrics", "_wait_for_data", "_data_lock", "timeout"):
+        assert not hasattr(transfer_dock.DriverDock(2, 2), name), name
+
+
 def test_unknown_package_attribute_still_raises_and_submodules_import():
     import mindspeed_rl
     import mindspeed_rl.utils
@@ -317,7 +338,7 @@ def test_rule_reward_adapter_fills_the_drivers_dock_in_process(tmp_path):
     from mindspeed_rl.trainer.utils import DriverDock
     from mindspeed_rl.utils.tokenizer import get_tokenizer
     from mindspeed_rl.workers.rule_reward import RuleReward
-    dock = DriverDock(2, 2, timeout=30)
+    dock = DriverDock(2, 2, experience_columns=["prompts", "prompt_length", "responses", "labels", "rm_scores"])
     dock.put_prompts_experience({"prompts": [torch.tensor([1, 2]), torch.tensor([1])],
                                  "labels": [torch.tensor([7]), torch.tensor([8])]}, ["labels"])
     dock.put_experience({"responses": [torch.tensor([7, 13]), torch.tensor([6, 13]), torch.tensor([8, 13]),
@@ -329,3 +350,38 @@ def test_rule_reward_adapter_fills_the_drivers_dock_in_process(tmp_path):
     reward.init_transfer_dock(dock)
     assert reward.compute_rm_score()["reward/mean"] == pytest.approx(0.75)
     assert [float(s) for s in dock.get_rows(["rm_scores"], [0, 1, 2, 3])["rm_scores"]] == [1.0, 0.0, 1.0, 1.0]
+
+
+def test_an_upstream_style_rank_pulls_its_rows_and_writes_back_through_the_dock_actor(monkeypatch):
+    """Upstream's worker loop over a GRPOTransferDock actor: get_experience, compute,
+    collect_transfer_dock_data; only the TP source writes."""
+    import ray
+
+    from mindspeed_rl.compat.transfer_dock import PullDock
+    from mindspeed_rl.workers.base_worker import BaseWorker
+
+    class Handle:  # an actor handle, served in-process
+        def __init__(self, obj):
+            self.obj = obj
+
+        def __getattr__(self, name):
+            return type("Remote", (), {"remote": staticmethod(getattr(self.obj, name))})
+
+    monkeypatch.setattr(ray, "get", lambda value, **_: value)
+    dock = PullDock(2, 2, timeout=5)
+    dock.put_prompts_experience({"prompts": [torch.tensor([1, 2]), torch.tensor([3])]})
+    ranks = []
+    for tp_rank in (0, 1):
+        rank = BaseWorker.__new__(BaseWorker)  # no process group: only the dock path
+        rank.parallel_state = SimpleNamespace(tp_rank=tp_rank)
+        rank.init_transfer_dock(Handle(dock))
+        ranks.append(rank)
+    batch, index = ray.get(ranks[0].td.get_experience.remote("actor_log_prob", ["prompts"], 4))
+    output = {"old_log_prob": [torch.full((p.numel(),), float(i)) for p, i in zip(batch["prompts"], index)]}
+    ranks[1].collect_transfer_dock_data({"old_log_prob": [torch.zeros(1)] * 4}, index)  # a TP peer: no write
+    assert not bool(dock.experience_data_status["old_log_prob"].any())
+    ranks[0].collect_transfer_dock_data(output, index)
+    got = dock.get_rows(["old_log_prob"], [0, 1, 2, 3])["old_log_prob"]
+    assert [t.tolist() for t in got] == [[0.0, 0.0], [1.0, 1.0], [2.0], [3.0]]
+    ranks[0].shutdown()
+    assert ranks[0].td is None

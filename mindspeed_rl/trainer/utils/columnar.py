@@ -1,12 +1,16 @@
 """Columnar experience: storage and one-buffer-per-column transport.
 
-``ColumnStore`` keeps one column of the dock: every row's values in one flat
-buffer of the column's dtype, with per-row start and length (rows share their
-trailing shape). ``ColumnBatch`` is the dict of per-row tensors that
-``get_experience`` returns and ``put_experience`` takes; pickled (through Ray)
-it travels as one numpy buffer plus lengths per column, and the receiver gets
-per-row tensors that are views of the received buffer (read-only when Ray
-maps them from its object store).
+A column's rows travel and rest *flattened*: ``FlatRows`` is (every row's
+values in one flat buffer, per-row first-dim lengths, the rows' trailing
+shape). This is not sequence packing (models/packing.py): nothing is padded or
+cut, the rows are only laid end to end.
+
+``ColumnStore`` keeps one column of the dock: the flat buffer of the column's
+dtype, with per-row start and length. ``ColumnBatch`` is the dict of per-row
+tensors the dock hands out and takes; pickled (through Ray) it travels as one
+numpy buffer plus lengths per column, and the receiver gets per-row tensors
+that are views of the received buffer (read-only when Ray maps them from its
+object store).
 """
 import warnings
 from typing import Dict, List, Optional, Tuple
@@ -16,7 +20,7 @@ import torch
 from torch import Tensor
 
 # (flat values, per-row first-dim lengths, trailing shape or None for 0-d rows)
-Packed = Tuple[Tensor, Tensor, Optional[Tuple[int, ...]]]
+FlatRows = Tuple[Tensor, Tensor, Optional[Tuple[int, ...]]]
 _VIEW_AS = {torch.bfloat16: torch.int16}  # dtypes numpy lacks travel as same-width ints
 
 
@@ -39,7 +43,7 @@ def _row_layout(column: str, values: List[Tensor]) -> Tuple[Optional[Tuple[int, 
     return trailing, dtype
 
 
-def pack(column: str, values: List[Tensor]) -> Packed:
+def flatten_rows(column: str, values: List[Tensor]) -> FlatRows:
     """Rows -> (flat buffer, first-dim lengths, trailing shape)."""
     if not values:
         return torch.empty(0), torch.empty(0, dtype=torch.int64), ()
@@ -52,13 +56,13 @@ def pack(column: str, values: List[Tensor]) -> Packed:
     return flat, lengths, trailing
 
 
-def narrow(part: Packed) -> Packed:
+def narrow_ints(part: FlatRows) -> FlatRows:
     """int64 values stored as int32, as the dock does for rows given as lists."""
     flat, lengths, trailing = part
     return (flat.to(torch.int32) if flat.dtype == torch.int64 else flat), lengths, trailing
 
 
-def unpack(flat: Tensor, lengths: Tensor, trailing: Optional[Tuple[int, ...]]) -> List[Tensor]:
+def row_views(flat: Tensor, lengths: Tensor, trailing: Optional[Tuple[int, ...]]) -> List[Tensor]:
     """Per-row views of ``flat``."""
     if trailing is None:
         return list(flat.unbind(0)) if flat.numel() else []
@@ -70,26 +74,33 @@ def unpack(flat: Tensor, lengths: Tensor, trailing: Optional[Tuple[int, ...]]) -
 
 
 class ColumnBatch(dict):
-    """Column name -> list of per-row tensors; pickles as one buffer per column."""
+    """Column name -> list of per-row tensors; pickles as one buffer per column.
+    ``flat``: the columns' FlatRows when built from them (a gather, or received
+    through Ray), so a writer takes the buffers as they are; None otherwise."""
 
-    def __init__(self, data=None, packed: Dict[str, Packed] = None):
-        if packed is not None:
-            data = {k: unpack(*p) for k, p in packed.items()}
+    def __init__(self, data=None, flat: Dict[str, FlatRows] = None):
+        if flat is not None:
+            data = {k: row_views(*p) for k, p in flat.items()}
         super().__init__(data or {})
-        self._packed = packed
+        self.flat = flat
 
     def __reduce__(self):
-        packed = self._packed if self._packed is not None else {k: pack(k, list(v)) for k, v in self.items()}
+        flat_columns = self.flat if self.flat is not None else {k: flatten_rows(k, list(v)) for k, v in self.items()}
         wire = {}
-        for key, (flat, lengths, trailing) in packed.items():
+        for key, (flat, lengths, trailing) in flat_columns.items():
             view = _VIEW_AS.get(flat.dtype)
             array = (flat.view(view) if view is not None else flat).contiguous().numpy()
             wire[key] = (array, str(flat.dtype), lengths.numpy(), trailing)
         return _rebuild, (wire,)
 
 
+def cpu_batch(output: Dict[str, List[Tensor]]) -> ColumnBatch:
+    """Results as the dock takes them: detached CPU tensors, one buffer per column through Ray."""
+    return ColumnBatch({k: [t.detach().cpu() for t in v] for k, v in output.items()})
+
+
 def _rebuild(wire) -> ColumnBatch:
-    packed = {}
+    columns = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # Ray hands back read-only arrays
         for key, (array, dtype, lengths, trailing) in wire.items():
@@ -97,8 +108,8 @@ def _rebuild(wire) -> ColumnBatch:
             dtype = getattr(torch, dtype.split(".")[-1])
             if flat.dtype != dtype:
                 flat = flat.view(dtype)
-            packed[key] = (flat, torch.from_numpy(np.asarray(lengths)), trailing)
-    return ColumnBatch(packed=packed)
+            columns[key] = (flat, torch.from_numpy(np.asarray(lengths)), trailing)
+    return ColumnBatch(flat=columns)
 
 
 class ColumnStore:
@@ -116,15 +127,15 @@ class ColumnStore:
         self._len = torch.full((self.max_len,), -1, dtype=torch.int64)  # -1: no value
         self._live = 0  # elements referenced by rows; the rest is garbage from overwrites
 
-    def check(self, column: str, packed: Packed):
-        """Raise ValueError if ``packed`` rows cannot join this column (nothing written)."""
-        _, _, trailing = packed
+    def check(self, column: str, part: FlatRows):
+        """Raise ValueError if ``part``'s rows cannot join this column (nothing written)."""
+        _, _, trailing = part
         if self._data is not None and self._live and trailing != self._trailing:
             raise ValueError(f"column '{column}': rows of trailing shape {trailing} cannot join rows of "
                              f"shape {self._trailing}")
 
-    def put(self, rows: Tensor, packed: Packed):
-        flat, lengths, trailing = packed
+    def put(self, rows: Tensor, part: FlatRows):
+        flat, lengths, trailing = part
         width = int(np.prod(trailing)) if trailing else 1
         sizes = lengths * width
         self.clear_rows(rows)
@@ -148,7 +159,7 @@ class ColumnStore:
         return piece if self._trailing == () else (
             piece[0] if self._trailing is None else piece.view(-1, *self._trailing))
 
-    def rows(self, rows: Tensor) -> List[Tensor]:
+    def views(self, rows: Tensor) -> List[Tensor]:
         """The stored rows (views, no copy); KeyError for rows without a value."""
         out = [self._view(r) for r in rows.tolist()]
         if any(v is None for v in out):
@@ -173,7 +184,7 @@ class ColumnStore:
     def _compact(self):
         """Drop the values of overwritten rows (kept rows move to the front)."""
         rows = (self._len >= 0).nonzero(as_tuple=True)[0]
-        flat, lengths = self.get(rows)
+        flat, lengths, _ = self.gather(rows)
         # into a new buffer: rows handed out earlier are views of the old one and keep their values
         self._data = torch.empty_like(self._data)
         self._data[:flat.numel()] = flat
@@ -190,8 +201,8 @@ class ColumnStore:
         self._live -= int((self._len[present] * self._width()).sum())
         self._len[present] = -1
 
-    def get(self, rows: Tensor) -> Tuple[Tensor, Tensor]:
-        """(flat values of ``rows`` in order, their first-dim lengths); one gather."""
+    def gather(self, rows: Tensor) -> FlatRows:
+        """``rows`` in order as one flat buffer (a copy), with their first-dim lengths and trailing shape."""
         lengths = self._len[rows]
         if bool((lengths < 0).any()):
             raise KeyError(f"rows {rows[lengths < 0][:8].tolist()} hold no value")
@@ -199,16 +210,11 @@ class ColumnStore:
         total = int(sizes.sum())
         if total >= 64 * rows.numel():  # long rows: one memcpy per row beats an index gather
             starts = self._start[rows].tolist()
-            return torch.cat([self._data[a:a + n] for a, n in zip(starts, sizes.tolist())]), lengths
+            return torch.cat([self._data[a:a + n] for a, n in zip(starts, sizes.tolist())]), lengths, self._trailing
         # numpy: torch's threaded repeat_interleave costs ~1 ms on small inputs
         offsets = (self._start[rows] - (torch.cumsum(sizes, 0) - sizes)).numpy()
         index = torch.from_numpy(np.repeat(offsets, sizes.numpy()) + np.arange(total))
-        return self._data[index], lengths
-
-    def packed(self, rows: Tensor) -> Packed:
-        """``rows`` as one flat buffer (see ``get``) with their lengths and trailing shape."""
-        flat, lengths = self.get(rows)
-        return flat, lengths, self._trailing
+        return self._data[index], lengths, self._trailing
 
     def __getitem__(self, row: int) -> Optional[Tensor]:
         return self._view(int(row))

@@ -1,21 +1,15 @@
 """Driver-side stages that run on the whole batch: rewards, advantages, data metrics.
 
-``td`` is the trainer's ``DriverDock`` (called in-process) or, for code ported
-from upstream, a ``GRPOTransferDock`` actor handle."""
+``td`` is the trainer's ``DriverDock`` (called in-process). Upstream's stages
+over a dock actor (``compute_rule_reward``, ``compute_advantage``, ...) are in
+``mindspeed_rl.compat.compute_utils`` and still import from here."""
 from typing import Dict, Sequence, Tuple
 
 import numpy as np
-import ray
 import torch
 
 from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch
-
-
-def dock_call(td, method: str, *args):
-    """``td.method(*args)`` on a driver dock, or its result on an actor handle."""
-    fn = getattr(td, method)
-    return ray.get(fn.remote(*args)) if hasattr(fn, "remote") else fn(*args)
 
 
 class FixedKLController:
@@ -91,7 +85,7 @@ def compute_rewards(td, stage, reward_list: Sequence, overlong=None, filter_metr
     ``overlong`` spec) and data metrics, one put of ``stage.outputs`` (rm_scores,
     and with dynamic sampling the ``filter_metric`` verifier's own scores)."""
     rows = list(range(stage.rows_per_share))
-    batch = dock_call(td, "get_rows", list(stage.inputs), rows)
+    batch = td.get_rows(list(stage.inputs), rows)
     scores, metrics = score_rows(reward_list, batch["responses"], batch["labels"])
     if overlong is not None:
         lengths = torch.tensor([int(x) for x in batch["response_length"]])
@@ -116,7 +110,7 @@ def compute_rewards(td, stage, reward_list: Sequence, overlong=None, filter_metr
 def put_columns(td, columns: Dict[str, torch.Tensor], rows) -> None:
     """One put of per-row values: a (rows,) tensor is one number per row, a list holds a tensor per row."""
     out = {k: list(v.reshape(-1, 1)) if isinstance(v, torch.Tensor) else list(v) for k, v in columns.items()}
-    dock_call(td, "put_experience", ColumnBatch(out), rows)
+    td.put_experience(ColumnBatch(out), rows)
 
 
 def advantage_stats(advantages: Sequence[torch.Tensor]) -> Dict[str, float]:
@@ -129,41 +123,16 @@ def advantage_stats(advantages: Sequence[torch.Tensor]) -> Dict[str, float]:
 def compute_group_advantages(td, stage, n_samples: int) -> Dict[str, float]:
     """GRPO/DAPO advantage stage: rm_scores normalised within each group of ``n_samples`` rows."""
     rows = list(range(stage.rows_per_share))
-    scores = torch.cat([s.reshape(1).float() for s in dock_call(td, "get_rows", ["rm_scores"], rows)["rm_scores"]])
+    scores = torch.cat([s.reshape(1).float() for s in td.get_rows(["rm_scores"], rows)["rm_scores"]])
     advantages = compute_group_norm_advantages(scores, n_samples)
     put_columns(td, {stage.outputs[0]: advantages}, rows)
     return advantage_stats([advantages])
 
 
-def compute_rule_reward(td, reward_fn, total_rows: int) -> Dict[str, float]:
-    """Upstream's reward stage alone: score every row with ``reward_fn(responses, labels)`` into ``rm_scores``."""
-    rows = list(range(total_rows))
-    batch = dock_call(td, "get_rows", ["responses", "labels"], rows)
-    scores, metrics = score_rows([reward_fn], batch["responses"], batch["labels"])
-    dock_call(td, "put_experience", ColumnBatch({"rm_scores": list(scores.reshape(-1, 1))}), rows)
-    metrics.update(reward_stats(scores))
-    return metrics
-
-
-def compute_advantage(td, n_samples: int, total_rows: int, adv_estimator: str = "group_norm") -> None:
-    """Upstream's advantage stage alone: group-normalised advantages from ``rm_scores``."""
-    if adv_estimator != "group_norm":
-        raise ValueError(f"adv_estimator '{adv_estimator}' is not supported; use 'group_norm'")
-    rows = list(range(total_rows))
-    batch = dock_call(td, "get_rows", ["rm_scores"], rows)
-    scores = torch.cat([s.reshape(1).float() for s in batch["rm_scores"]])
-    adv = compute_group_norm_advantages(scores, n_samples)
-    dock_call(td, "put_experience", ColumnBatch({"advantages": list(adv.reshape(-1, 1))}), rows)
-
-
-def get_last_reward(rm_scores: torch.Tensor, n_sample_batch: int) -> torch.Tensor:
-    """Upstream's name for group-normalised rewards: ``rm_scores`` in groups of
-    ``n_sample_batch`` consecutive rows, same shape out."""
-    flat = compute_group_norm_advantages(rm_scores.reshape(-1), n_sample_batch, eps=1e-8)
-    return flat.reshape(rm_scores.shape)
-
-
-def compute_grpo_data_metrics(td, total_rows: int) -> Dict[str, float]:
-    """Upstream's name: length metrics of the round's ``total_rows`` rows."""
-    batch = dock_call(td, "get_rows", ["prompt_length", "response_length"], list(range(total_rows)))
-    return data_metrics(batch)
+def __getattr__(name: str):
+    # upstream's stages over a whole dock and dock_call, by their old path (imported on first use:
+    # mindspeed_rl.compat imports this module)
+    from mindspeed_rl.compat import compute_utils as upstream
+    if name in upstream.__all__:
+        return getattr(upstream, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,12 +1,14 @@
 # coding=utf-8
-"""Turning a column dict into the dock's per-column row lists."""
+"""Upstream's experience input -> the dock's per-row lists.
+
+Upstream code puts a column either as one tensor with a row per first-dim
+entry (e.g. a padded 2-D batch) or as a list of per-row tensors; the dock
+stores per-row tensors. ``trans_input_to_experience`` (upstream's name) turns
+either into (column names, one list of row tensors per column)."""
 from typing import Dict, List, Tuple, Union
 
 import torch
 from torch import Tensor
-
-# Columns holding one number per row (a length).
-LENGTH_COLUMNS = ("prompt_length", "response_length", "input_ids_length")
 
 
 def _narrow(t: Tensor) -> Tensor:

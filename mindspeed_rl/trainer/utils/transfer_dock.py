@@ -1,56 +1,83 @@
-"""Transfer dock: the store between GRPO stages.
+"""The driver's transfer dock: the store between the stages of a round.
 
-Rows are samples (``prompts_num * n_samples_per_prompt`` of them, a GRPO
-group's n samples in consecutive rows); columns are experience fields.
+Rows are samples (``prompts_num * n_samples_per_prompt``, a GRPO group's n
+samples in consecutive rows); columns are experience fields, each a
+``ColumnStore`` (columnar.py).
 
-The trainer holds the dock in the driver process (``DriverDock``, verl's
-single-controller shape) and runs the stages of the run plan in order. For a
-DP stage ``dispatch`` plans the round (balanced shares, share s to DP rank
-s % dp) and cuts each rank's rows; the driver sends them to the ranks and
-writes their results back with ``put_stage``. Nothing polls, no rank calls
-the dock, and no Ray call is spent on the dock itself. ``GRPOTransferDock``
-is the same class as a Ray actor, for upstream's pull API
-(``get_experience(..., use_batch_seqlen_balance)``, consumer status, kept in
-``transfer_dock_compat``), which ranks call themselves.
+The trainer holds a ``DriverDock`` in the driver process (verl's
+single-controller shape) and the stage runner (trainer/stage_runner.py)
+drives it: for a DP stage group ``dispatch`` plans the round (balanced shares,
+share s to DP rank s % dp) and cuts each DP rank's rows, and ``put_stage``
+writes every rank's results back in one call; driver stages read with
+``get_rows`` and write with ``put_experience``. The driver runs the stages in
+order, so every read finds its data: nothing here waits, polls or locks.
+
+Upstream's pull API (a Ray actor that ranks call, ``get_experience``) lives in
+``mindspeed_rl.compat.transfer_dock``; ``TransferDock`` and ``GRPOTransferDock``
+still import from this module.
 """
-import threading
-import time
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
-import ray
 import torch
 from torch import Tensor
 
 from mindspeed_rl.trainer.utils.balance_plan import BalancePlanner
-from mindspeed_rl.trainer.utils.transfer_dock_compat import DEFAULT_COLUMNS, DEFAULT_CONSUMERS, UpstreamPullMixin
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, Packed, narrow, pack
-from mindspeed_rl.trainer.utils.experience_packing import LENGTH_COLUMNS, trans_input_to_experience
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, FlatRows, flatten_rows, narrow_ints
+from mindspeed_rl.trainer.utils.row_lists import trans_input_to_experience
 from mindspeed_rl.utils.metrics import Metric
 
+if TYPE_CHECKING:
+    from mindspeed_rl.trainer.stage_runner import StageGroup
+
+# the columns a round starts with (put_prompts_experience)
+PROMPT_COLUMNS = ("prompts", "prompt_length")
+# columns of one number per row (a length), also kept as one int64 tensor each for vectorised sums
+LENGTH_COLUMNS = ("prompt_length", "response_length", "input_ids_length")
 
 
-class TransferDock:
-    """Column store with per-cell readiness and a bounded wait for data."""
+def plan_columns(run_plan) -> List[str]:
+    """Every column the stages of ``run_plan`` read or write, in stage order (none without a plan)."""
+    if run_plan is None:
+        return []
+    return list(dict.fromkeys(c for st in run_plan.stages.values() for c in st.inputs + st.outputs))
 
-    def __init__(self, prompts_num: int, n_samples_per_prompt: int,
-                 experience_columns: Optional[List[str]], timeout: Optional[float] = None,
-                 timeout_interval: Optional[float] = None) -> None:
+
+class DriverDock:
+    """Column storage of one round, its DP plans and its metrics."""
+
+    def __init__(self, prompts_num: int, n_samples_per_prompt: int, addition_columns: Optional[List[str]] = None,
+                 run_plan=None, metrics: Optional[Metric] = None, experience_columns: Optional[List[str]] = None,
+                 balance_objective: str = "tokens", workload_model=None, balance_method: str = "auto",
+                 seed: int = 1234) -> None:
+        """``run_plan`` (config_cls.RunPlan) gives the DP stages (``plan_stage``), the
+        balance spec and the seed; the keyword balance settings and ``seed`` are for
+        a dock without a plan. The columns are ``experience_columns`` when given, else
+        the prompts, ``addition_columns`` (dataset keys) and every column the plan's
+        stages read or write."""
         for name, value in (("prompts_num", prompts_num), ("n_samples_per_prompt", n_samples_per_prompt)):
             if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"TransferDock: {name} must be a positive int, got {value!r}")
+                raise ValueError(f"transfer dock: {name} must be a positive int, got {value!r}")
+        if run_plan is not None:
+            if run_plan.balance is not None:
+                spec = run_plan.balance
+                balance_objective, balance_method, workload_model = spec.objective, spec.method, spec.workload
+            seed = run_plan.seed
+        if experience_columns is None:
+            experience_columns = list(PROMPT_COLUMNS) + list(addition_columns or []) + plan_columns(run_plan)
+        self.run_plan = run_plan
         self.prompts_num = prompts_num
         self.n_samples_per_prompt = n_samples_per_prompt
         self.max_len = prompts_num * n_samples_per_prompt
-        self.experience_columns = list(experience_columns or [])
-        self.timeout = float(timeout) if timeout is not None else 300.0
-        self.timeout_interval = float(timeout_interval) if timeout_interval is not None else 0.05
-        if self.timeout <= 0 or self.timeout_interval <= 0:
-            raise ValueError("TransferDock: timeout and timeout_interval must be positive")
-        self._data_lock = threading.RLock()
-        self._clear_experience_data_and_status()
-        # LENGTH_COLUMNS are also kept as one int64 tensor each, for vectorised sums
+        self.experience_columns = list(dict.fromkeys(experience_columns))
+        self.metrics = metrics if metrics is not None else Metric()
+        self.planner = BalancePlanner(objective=balance_objective, workload_model=workload_model,
+                                      method=balance_method, seed=seed)
+        self.seed = seed
+        self.round = 0
+        self._empty()
+        self._new_round()
 
-    # ------------------------------------------------------------ validation
+    # ------------------------------------------------------------ checks
 
     def _check_columns(self, columns: Sequence[str], action: str):
         if not columns:
@@ -72,25 +99,37 @@ class TransferDock:
             raise ValueError(f"{action}: indexes contain duplicate rows")
         return rows
 
+    def _missing(self, columns: Sequence[str], rows: Tensor) -> Dict[str, List[int]]:
+        missing = {}
+        for column in columns:
+            not_ready = rows[self.experience_data_status[column][rows] != 1]
+            if not_ready.numel():
+                missing[column] = not_ready.tolist()
+        return missing
+
+    def _require(self, columns: Sequence[str], rows: Tensor, who: str):
+        """Every cell must be there: the driver runs stages in order, so a gap is a bug, not a wait."""
+        missing = self._missing(columns, rows)
+        if missing:
+            detail = "; ".join(f"'{c}' rows {r[:16]}{' ...' if len(r) > 16 else ''}" for c, r in missing.items())
+            raise RuntimeError(f"transfer dock: {who} needs data that was never put: {detail}")
+
     # ------------------------------------------------------------ storage
 
-    def _put(self, experience_columns: List[str], experience: List[List[Tensor]], indexes: List[int]):
-        """Write rows (one list of per-row tensors per column); every check runs before anything is written."""
-        self._check_columns(experience_columns, "put experience")
-        if len(experience) != len(experience_columns):
-            raise ValueError(f"put experience: {len(experience_columns)} columns but {len(experience)} data lists")
-        packed = [pack(c, list(v)) for c, v in zip(experience_columns, experience)]
-        self._put_packed(experience_columns, packed, indexes)
+    def _empty(self):
+        """Every column empty."""
+        self.experience_data = {c: ColumnStore(self.max_len) for c in self.experience_columns}
+        self.experience_data_status = {c: torch.zeros(self.max_len, dtype=torch.int32)
+                                       for c in self.experience_columns}
+        self.experience_lengths = {c: torch.zeros(self.max_len, dtype=torch.int64)
+                                   for c in LENGTH_COLUMNS if c in self.experience_columns}
 
-    def _put_packed(self, experience_columns: List[str], packed: List[Packed], indexes):
-        self._write(experience_columns, packed, *self._checked_put(experience_columns, packed, indexes))
-
-    def _checked_put(self, experience_columns: List[str], packed: List[Packed], indexes):
+    def _checked_put(self, columns: List[str], parts: List[FlatRows], indexes):
         """Every check of a put, nothing written: (rows, scalar values of the length columns)."""
-        self._check_columns(experience_columns, "put experience")
+        self._check_columns(columns, "put experience")
         rows = self._check_indexes(indexes, "put experience")
         lengths = {}
-        for column, part in zip(experience_columns, packed):
+        for column, part in zip(columns, parts):
             if part[1].numel() != rows.numel():
                 raise ValueError(f"put experience: column '{column}' has {part[1].numel()} rows "
                                  f"but {rows.numel()} indexes were given")
@@ -99,16 +138,15 @@ class TransferDock:
                 lengths[column] = self._scalar_column(column, part)
         return rows, lengths
 
-    def _write(self, experience_columns: List[str], packed: List[Packed], rows: Tensor, lengths: Dict[str, Tensor]):
-        with self._data_lock:
-            for column, part in zip(experience_columns, packed):
-                self.experience_data[column].put(rows, part)
-                if column in lengths:
-                    self.experience_lengths[column][rows] = lengths[column]
-                self.experience_data_status[column][rows] = 1
+    def _write(self, columns: List[str], parts: List[FlatRows], rows: Tensor, lengths: Dict[str, Tensor]):
+        for column, part in zip(columns, parts):
+            self.experience_data[column].put(rows, part)
+            if column in lengths:
+                self.experience_lengths[column][rows] = lengths[column]
+            self.experience_data_status[column][rows] = 1
 
     @staticmethod
-    def _scalar_column(column: str, part: Packed) -> Tensor:
+    def _scalar_column(column: str, part: FlatRows) -> Tensor:
         flat, lengths, trailing = part
         width = 1 if not trailing else int(torch.tensor(trailing).prod())
         sizes = lengths * width
@@ -118,139 +156,22 @@ class TransferDock:
                              f"row {row} has {int(sizes[row])}")
         return flat.to(torch.int64)
 
-    def _missing(self, columns: Sequence[str], rows: Tensor) -> Dict[str, List[int]]:
-        missing = {}
-        for column in columns:
-            not_ready = rows[self.experience_data_status[column][rows] != 1]
-            if not_ready.numel():
-                missing[column] = not_ready.tolist()
-        return missing
-
-    def _wait_for_data(self, columns: Sequence[str], rows: Tensor, consumer: str = "") -> None:
-        """Wait until every cell is ready; raise TimeoutError after ``timeout``."""
-        deadline = time.monotonic() + self.timeout
-        missing = self._missing(columns, rows)
-        while missing:
-            if time.monotonic() >= deadline:
-                detail = "; ".join(f"'{c}' rows {r[:16]}{' ...' if len(r) > 16 else ''}" for c, r in missing.items())
-                raise TimeoutError(f"transfer dock: consumer '{consumer}' waited {self.timeout:g}s "
-                                   f"for data that never came: {detail}")
-            time.sleep(self.timeout_interval)
-            missing = self._missing(columns, rows)
-
-    def _get(self, experience_columns: List[str], indexes: Union[List[int], Tensor], consumer: str = ""):
-        """Per column, the list of the rows' tensors (views of one gathered buffer)."""
-        batch = self._get_batch(experience_columns, indexes, consumer)
-        return [batch[c] for c in experience_columns]
-
-    def _get_batch(self, experience_columns: List[str], indexes: Union[List[int], Tensor],
-                   consumer: str = "") -> ColumnBatch:
-        rows = indexes if isinstance(indexes, Tensor) else self._check_indexes(indexes, "get experience")
-        self._wait_for_data(experience_columns, rows, consumer)
-        with self._data_lock:  # views of the stored rows; packed into one buffer per column if pickled
-            return ColumnBatch({c: self.experience_data[c].rows(rows) for c in experience_columns})
-
-    def _clear_experience_data_and_status(self, indexes=None):
-        with self._data_lock:
-            if indexes is None:
-                self.experience_data = {c: ColumnStore(self.max_len) for c in self.experience_columns}
-                self.experience_data_status = {c: torch.zeros(self.max_len, dtype=torch.int32)
-                                               for c in self.experience_columns}
-                self.experience_lengths = {c: torch.zeros(self.max_len, dtype=torch.int64)
-                                           for c in LENGTH_COLUMNS if c in self.experience_columns}
-                return
-            rows = self._check_indexes(indexes, "clear experience")
-            for column in self.experience_columns:
-                self.experience_data_status[column][rows] = 0
-                self.experience_data[column].clear_rows(rows)
-
-    def get_experience_data(self):
-        return self.experience_data
-
-    def get_experience_status(self):
-        return self.experience_data_status
-
-    def get_experience_len(self):
-        return self.max_len
-
-
-class GRPOTransferDock(UpstreamPullMixin, TransferDock):
-    """The GRPO dock: round plans bound to DP ranks, columnar rows, metrics.
-
-    In the driver: ``DriverDock(prompts_num, n_samples, ...)``; as upstream's
-    Ray actor: ``GRPOTransferDock.remote(prompts_num, n_samples, ...)``.
-    """
-
-    def __init__(self, prompts_num: int, n_samples_per_prompt: int, metrics=None,
-                 addition_columns: Optional[List[str]] = None, addition_consumers: Optional[List[str]] = None,
-                 timeout: Optional[float] = None, timeout_interval: Optional[float] = None,
-                 balance_objective: str = "tokens", workload_model=None, balance_method: str = "auto",
-                 seed: int = 1234, run_plan=None) -> None:
-        """``run_plan`` (config_cls.RunPlan) gives the stages (``plan_stage``),
-        the balance spec, seed and data timeout; the keyword settings are for
-        use without a plan (upstream's pull API)."""
-        if run_plan is not None:
-            spec = run_plan.balance
-            if spec is not None:
-                balance_objective, balance_method, workload_model = spec.objective, spec.method, spec.workload
-            seed, timeout = run_plan.seed, run_plan.timeouts.data_wait
-        self.run_plan = run_plan
-        if ray.is_initialized() and ray.get_runtime_context().get_actor_id():
-            torch.set_num_threads(1)  # the dock actor moves small buffers; intra-op threads only add latency
-        # the plan's stage outputs are columns too (e.g. the rollout engine's log-probs)
-        planned = [c for st in run_plan.stages.values() for c in st.outputs] if run_plan is not None else []
-        columns = list(dict.fromkeys(list(DEFAULT_COLUMNS) + list(addition_columns or []) + planned))
-        self.experience_consumers = list(DEFAULT_CONSUMERS) + [
-            c for c in addition_consumers or [] if c not in DEFAULT_CONSUMERS]
-        super().__init__(prompts_num, n_samples_per_prompt, columns, timeout, timeout_interval)
-        self.metrics = metrics if metrics is not None else Metric()
-        self.planner = BalancePlanner(objective=balance_objective, workload_model=workload_model,
-                                      method=balance_method, seed=seed)
-        self.seed = seed
-        self.round = 0
-        self._reset_consumers()
-
-    def _reset_consumers(self):
-        """Start a round: plans forgotten, random draws seeded by (seed, round)."""
-        self.planner.reset(self.round)
-        self._generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.round)
-        self._stage_plans: Dict[str, List[List[List[int]]]] = {}
-        self._reset_pull_state()
-
-    # ------------------------------------------------------------ metrics
-
-    def get_metrics(self):
-        return self.metrics
-
-    def update_metrics(self, key="", value=None, cumulate=False):
-        self.metrics.update(key, value, cumulate=cumulate)
-
-    def get_balance_history(self):
-        """Per-share loads of every balance plan since the last call."""
-        return self.planner.pop_history()
-
-    def round_summary(self) -> dict:
-        """The round's dock metrics and its balance plans, in one call."""
-        return {"metrics": self.metrics.compute(), "balance": self.planner.pop_history()}
-
-    # ------------------------------------------------------------ put
+    @staticmethod
+    def _as_flat(data_dict) -> Tuple[List[str], List[FlatRows]]:
+        """(columns, one FlatRows per column); a ColumnBatch that came through Ray
+        is taken straight from its per-column buffers."""
+        flat = getattr(data_dict, "flat", None)
+        if flat is not None:
+            return list(flat), [narrow_ints(p) for p in flat.values()]
+        columns, experience = trans_input_to_experience(data_dict)
+        return columns, [flatten_rows(c, list(v)) for c, v in zip(columns, experience)]
 
     def put_experience(self, data_dict: Dict[str, Union[Tensor, List[Tensor]]], indexes: List[int] = None):
-        """Write ``data_dict`` (column -> rows) at ``indexes``; a ColumnBatch that
-        came through Ray is written straight from its per-column buffers."""
+        """Write ``data_dict`` (column -> rows) at ``indexes``; every check runs before anything is written."""
         if indexes is None or len(indexes) == 0:
             raise ValueError("put experience: indexes must be provided")
-        self._put_packed(*self._as_packed(data_dict), indexes)
-
-    @staticmethod
-    def _as_packed(data_dict) -> Tuple[List[str], List[Packed]]:
-        """(columns, one packed buffer per column); a ColumnBatch that came through Ray
-        is taken straight from its per-column buffers."""
-        packed = getattr(data_dict, "_packed", None)
-        if packed is not None:
-            return list(packed), [narrow(p) for p in packed.values()]
-        columns, experience = trans_input_to_experience(data_dict)
-        return columns, [pack(c, list(v)) for c, v in zip(columns, experience)]
+        columns, parts = self._as_flat(data_dict)
+        self._write(columns, parts, *self._checked_put(columns, parts, indexes))
 
     def put_prompts_experience(self, batch: Dict[str, Union[Tensor, List[Tensor]]],
                                dataset_additional_keys: Optional[List[str]] = None):
@@ -275,13 +196,16 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
                 data[key] = [v for v in values for _ in range(n)]
         self.put_experience(data, indexes=list(range(len(prompts) * n)))
 
-    def start_round(self, batch: Dict[str, Union[Tensor, List[Tensor]]],
-                    dataset_additional_keys: Optional[List[str]] = None):
-        """Next round: forget the last one and put its prompts (one call)."""
-        self.clear()
-        self.put_prompts_experience(batch, dataset_additional_keys)
+    def get_rows(self, experience_columns: List[str], indexes: List[int]) -> ColumnBatch:
+        """``indexes``' rows of ``experience_columns`` in the order given (one
+        buffer per column through Ray); every cell must have been put."""
+        self._check_columns(experience_columns, "get rows")
+        rows = self._check_indexes(indexes, "get rows")
+        self._require(experience_columns, rows, f"get rows {list(experience_columns)}")
+        # gathered into one buffer per column: nothing to flatten when pickled
+        return ColumnBatch(flat={c: self.experience_data[c].gather(rows) for c in experience_columns})
 
-    # ------------------------------------------------------------ driver-pushed path
+    # ------------------------------------------------------------ DP stages
 
     def _stage_plan(self, name: str):
         if self.run_plan is None:
@@ -290,13 +214,6 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
             raise ValueError(f"plan_stage: the run plan has no DP stage '{name}'; it has "
                              f"{[s.name for s in self.run_plan.dp_stages]}")
         return self.run_plan.stages[name]
-
-    def _require(self, columns: Sequence[str], rows: Tensor, who: str):
-        """Every cell must be there: the driver runs stages in order, so a gap is a bug, not a wait."""
-        missing = self._missing(columns, rows)
-        if missing:
-            detail = "; ".join(f"'{c}' rows {r[:16]}{' ...' if len(r) > 16 else ''}" for c, r in missing.items())
-            raise RuntimeError(f"transfer dock: {who} needs data that was never put: {detail}")
 
     def plan_stage(self, name: str) -> List[List[List[int]]]:
         """The round's plan of DP stage ``name``: for each DP rank, its shares
@@ -335,61 +252,6 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
             raise RuntimeError("transfer dock: the round's prompts are not rows 0 .. n-1")
         return n
 
-    def _names(self, name) -> Tuple[str, ...]:
-        """A stage name, or the names of DP stages that run together on one plan."""
-        names = (name,) if isinstance(name, str) else tuple(name)
-        if not names:
-            raise ValueError("no stage named")
-        plan = self.plan_stage(names[0])
-        for other in names[1:]:
-            if self.plan_stage(other) != plan:
-                raise ValueError(f"stages {list(names)} cannot run together: '{other}' has another plan "
-                                 f"than '{names[0]}'")
-        return names
-
-    def dispatch(self, name) -> list:
-        """``[plan, batch_0, ..., batch_{dp-1}]`` for DP stage ``name`` (or a
-        tuple of stages with the same plan, which then run in one call): the
-        round's plan and, for each DP rank, its rows of the stages' inputs (its
-        shares concatenated, in order; one buffer per column through Ray). On the
-        actor, call with ``.options(num_returns=dp + 1)`` so each batch is its own object."""
-        names = self._names(name)
-        plan = self.plan_stage(names[0])
-        columns = list(dict.fromkeys(c for n in names for c in self.run_plan.stages[n].inputs))
-        return [plan] + [self.get_rows(columns, [r for share in shares for r in share]) for shares in plan]
-
-    def put_stage(self, name, *outputs) -> None:
-        """Write DP stage ``name``'s results (or those of a tuple of stages
-        dispatched together): ``outputs[r]`` holds DP rank r's output columns for
-        its rows in plan order (all checked before any write)."""
-        names = self._names(name)
-        plan = self.plan_stage(names[0])
-        if len(outputs) != len(plan):
-            raise ValueError(f"put_stage({name!r}): {len(outputs)} outputs for {len(plan)} DP ranks")
-        expected = sorted({c for n in names for c in self.run_plan.stages[n].outputs})
-        parts = []
-        for rank, (shares, out) in enumerate(zip(plan, outputs)):
-            columns, values = self._as_packed(out)
-            if sorted(columns) != expected:
-                raise ValueError(f"put_stage({name!r}): rank {rank} gave columns {columns}, the stage writes "
-                                 f"{expected}")
-            try:
-                checked = self._checked_put(columns, values, [r for share in shares for r in share])
-            except ValueError as err:
-                raise ValueError(f"put_stage({name!r}): rank {rank}: {err}") from err
-            parts.append((columns, values, *checked))
-        for part in parts:  # every rank checked before anything is written
-            self._write(*part)
-
-    def get_rows(self, experience_columns: List[str], indexes: List[int]) -> ColumnBatch:
-        """``indexes``' rows of ``experience_columns`` in the order given (one
-        buffer per column through Ray); every cell must have been put."""
-        self._check_columns(experience_columns, "get rows")
-        rows = self._check_indexes(indexes, "get rows")
-        self._require(experience_columns, rows, f"get rows {list(experience_columns)}")
-        with self._data_lock:  # gathered into one buffer per column: nothing to pack when pickled
-            return ColumnBatch(packed={c: self.experience_data[c].packed(rows) for c in experience_columns})
-
     def _row_lengths(self, columns: Sequence[str]):
         """row ids -> their token counts, summed over ``columns`` (rows x 1)."""
 
@@ -398,21 +260,78 @@ class GRPOTransferDock(UpstreamPullMixin, TransferDock):
             return total.view(-1, 1)[rows]
         return lengths
 
+    def _group_plan(self, group: "StageGroup") -> List[List[List[int]]]:
+        """The one plan of the stages of ``group`` (they run in one call per rank)."""
+        first, *others = group.names
+        plan = self.plan_stage(first)
+        for other in others:
+            if self.plan_stage(other) != plan:
+                raise ValueError(f"stages {list(group.names)} cannot run together: '{other}' has another plan "
+                                 f"than '{first}'")
+        return plan
+
+    def dispatch(self, group: "StageGroup") -> list:
+        """``[plan, batch_0, ..., batch_{dp-1}]`` for the DP stages of ``group``:
+        the round's plan and, for each DP rank, its rows of the stages' inputs
+        (its shares concatenated, in order; one buffer per column through Ray)."""
+        plan = self._group_plan(group)
+        columns = list(group.inputs)
+        return [plan] + [self.get_rows(columns, [r for share in shares for r in share]) for shares in plan]
+
+    def put_stage(self, group: "StageGroup", *outputs) -> None:
+        """Write the results of ``group``'s stages: ``outputs[r]`` holds DP rank
+        r's output columns for its rows in plan order (all checked before any write)."""
+        plan = self._group_plan(group)
+        if len(outputs) != len(plan):
+            raise ValueError(f"put_stage({group.name!r}): {len(outputs)} outputs for {len(plan)} DP ranks")
+        expected = sorted(group.outputs)
+        checked = []
+        for rank, (shares, out) in enumerate(zip(plan, outputs)):
+            columns, parts = self._as_flat(out)
+            if sorted(columns) != expected:
+                raise ValueError(f"put_stage({group.name!r}): rank {rank} gave columns {columns}, the stage writes "
+                                 f"{expected}")
+            try:
+                checked.append((columns, parts, *self._checked_put(columns, parts,
+                                                                   [r for share in shares for r in share])))
+            except ValueError as err:
+                raise ValueError(f"put_stage({group.name!r}): rank {rank}: {err}") from err
+        for part in checked:  # every rank checked before anything is written
+            self._write(*part)
+
     # ------------------------------------------------------------ rounds
+
+    def _new_round(self):
+        """Plans forgotten; the planner's random draws seeded by (seed, round)."""
+        self.planner.reset(self.round)
+        self._stage_plans: Dict[str, List[List[List[int]]]] = {}
 
     def set_round(self, round_index: int):
         """Continue the round count (a resumed run): the next ``clear`` starts round ``round_index + 1``."""
         self.round = int(round_index)
-        self._reset_consumers()
+        self._new_round()
 
     def clear(self):
         """Forget all rows, plans and metrics (next round)."""
         self.round += 1
-        self._reset_consumers()
+        self._new_round()
         self.metrics.reset()
-        self._clear_experience_data_and_status()
+        self._empty()
+
+    def start_round(self, batch: Dict[str, Union[Tensor, List[Tensor]]],
+                    dataset_additional_keys: Optional[List[str]] = None):
+        """Next round: forget the last one and put its prompts (one call)."""
+        self.clear()
+        self.put_prompts_experience(batch, dataset_additional_keys)
+
+    def round_summary(self) -> dict:
+        """The round's dock metrics and its balance plans, in one call."""
+        return {"metrics": self.metrics.compute(), "balance": self.planner.pop_history()}
 
 
-DriverDock = GRPOTransferDock  # the plain class: the trainer's dock, in the driver process
-# upstream's actor: concurrent calls, so a rank's waiting get_experience never blocks the puts it waits for
-GRPOTransferDock = ray.remote(max_concurrency=100)(GRPOTransferDock)
+def __getattr__(name: str):
+    # upstream's names, from the compat package (imported on first use: it imports this module)
+    if name in ("TransferDock", "GRPOTransferDock"):
+        from mindspeed_rl.compat import transfer_dock
+        return getattr(transfer_dock, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,7 @@
-"""RayActorGroup: one Ray actor per rank in a placement group, driven together."""
+"""RayActorGroup: one Ray actor per rank in a placement group, driven together.
+
+It only sends commands: a stage's rows come from the caller (the stage runner,
+trainer/stage_runner.py, which owns the dock's dispatch and put)."""
 import os
 import re
 import time
@@ -8,6 +11,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from mindspeed_rl.compat.workers import UpstreamGroupIO
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.parallel_state import ParallelState
 
@@ -127,7 +131,7 @@ def _place(bundle: Dict[str, float], count: int, strategy: str, timeout: float):
     return group
 
 
-class RayActorGroup:
+class RayActorGroup(UpstreamGroupIO):
     def __init__(self, worker: Type[BaseWorker], run_plan, num_cpus_per_worker: Optional[float] = None,
                  stage_timeout: Optional[float] = None, **kwargs):
         """One worker per device of ``run_plan.layout``; each rank gets the run
@@ -235,37 +239,19 @@ class RayActorGroup:
     def execute_sync_command(self, method_name: str, *args, **kwargs) -> List[Any]:
         return self._wait([getattr(a, method_name).remote(*args, **kwargs) for a in self.actors], method_name)
 
-    def execute_per_rank(self, method_name: str, args_per_rank: List[tuple], **kwargs) -> List[Any]:
-        """``method_name`` on every rank, rank k with ``args_per_rank[k]``."""
-        if len(args_per_rank) != len(self.actors):
-            raise ValueError(f"'{method_name}': {len(args_per_rank)} argument sets for {len(self.actors)} ranks")
-        return self._wait([getattr(a, method_name).remote(*args, **kwargs)
-                           for a, args in zip(self.actors, args_per_rank)], method_name)
-
     # ------------------------------------------------------------ stages
 
-    def run_stage(self, name, dock, **context) -> Tuple[List[Dict[str, float]], list]:
-        """DP stage ``name`` of the run plan (or a tuple of stages with one plan,
-        run in one call per rank): the driver's ``dock`` plans the round and
-        cuts each DP rank's rows; every rank gets the plan and its DP rank's
-        rows (TP peers the same object) and ``context`` (iteration, kl_coef).
-        Returns the ranks' metrics and, in DP order, the TP sources' output
-        columns (for the dock's ``put_stage``)."""
-        plan, *batches = dock.dispatch(name)
+    def run_stage(self, group, plan: List[List[List[int]]], batches: list,
+                  **context) -> Tuple[List[Dict[str, float]], list]:
+        """Send every rank its command for ``group`` (trainer.stage_runner.StageGroup):
+        the round's ``plan``, its DP rank's rows ``batches[dp_rank]`` (TP peers
+        share one object) and ``context`` (iteration, kl_coef). Returns every
+        rank's metrics and, in DP order, the TP sources' output columns."""
         if self.run_plan.layout.tp > 1:  # one object per DP rank, shared by its TP peers
             batches = [ray.put(b) for b in batches]
-        replies = self._wait([actor.run_stage.remote(name, plan, batches[state.dp_rank], **context)
-                              for actor, state in zip(self.actors, self.states)],
-                             name if isinstance(name, str) else "+".join(name))
+        replies = self._wait([actor.run_stage.remote(group, plan, batches[state.dp_rank], **context)
+                              for actor, state in zip(self.actors, self.states)], group.name)
         return [m for m, _ in replies], [out for (_, out), state in zip(replies, self.states) if state.tp_rank == 0]
-
-    def sync_init_transfer_dock(self, transfer_dock, mm_transfer_dock=None):
-        """Give every rank an upstream-style dock actor for the pull API (``get_experience``)."""
-        if not isinstance(transfer_dock, ray.actor.ActorHandle):
-            raise TypeError(f"sync_init_transfer_dock: ranks take a GRPOTransferDock actor handle, got "
-                            f"{type(transfer_dock).__name__} (a DriverDock stays in the driver; the trainer "
-                            f"sends each rank its rows)")
-        self.execute_sync_command("init_transfer_dock", transfer_dock)
 
     def initialize(self, *args):
         return self.execute_sync_command("initialize", *args)

@@ -51,15 +51,16 @@ class Reward:
 
 
 class Group:
-    """The worker group as the launcher runs a stage: the driver dock's dispatch, each rank's call, the outputs."""
+    """The worker group in-process, as the launcher sends a stage group: each rank its DP rank's rows;
+    every rank's metrics and the TP sources' outputs."""
 
     def __init__(self, workers):
         self.workers = workers
 
-    def run_stage(self, name, td, **context):
-        plan, *batches = td.dispatch(name)
-        results = [w.run_stage(name, plan, batches[w.parallel_state.dp_rank], **context) for w in self.workers]
-        return [m for m, _ in results], [out for _, out in results]
+    def run_stage(self, group, plan, batches, **context):
+        results = [w.run_stage(group, plan, batches[w.parallel_state.dp_rank], **context) for w in self.workers]
+        return ([m for m, _ in results],
+                [out for w, (_, out) in zip(self.workers, results) if w.parallel_state.tp_rank == 0])
 
 
 def batches(start=0, size=8):
@@ -112,7 +113,7 @@ def test_all_equal_groups_are_dropped_and_batches_refill(local):
     assert all((p[0] - 10 + p[1]) % 2 == 1 for p, _ in trained)
     # the first batch's 4 kept groups and the first 2 of the second, in order
     assert sorted({p for p, _ in trained}) == sorted([(10, 1), (10, 3), (10, 5), (10, 7), (11, 0), (11, 2)])
-    assert trainer.state_dict(1)["data_position"] == 2
+    assert trainer.state_dict(1) == {"iteration": 1, "kl_coef": trainer.kl_ctrl.value, "data_position": 2}
     # the refill samples with seeds of its own (each share's seed follows the batch, not the iteration)
     seeds = [s for w in workers for s in w.actor.seeds]
     assert len(seeds) == 4 and len(set(seeds)) == 4

@@ -4,7 +4,7 @@ import pickle
 import pytest
 import torch
 
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, narrow, pack
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, flatten_rows, narrow_ints
 
 
 def _rows(seed=0, n=6):
@@ -12,7 +12,7 @@ def _rows(seed=0, n=6):
     return [torch.randint(0, 100, (int(torch.randint(0, 9, (1,), generator=g)),), generator=g) for _ in range(n)]
 
 
-def test_pickled_batch_travels_as_one_buffer_per_column_and_unpacks_to_views():
+def test_pickled_batch_travels_as_one_buffer_per_column_and_arrives_as_views():
     rows = _rows()
     batch = ColumnBatch({"responses": rows, "scores": [torch.tensor(float(i)) for i in range(6)],
                          "logp": [torch.randn(len(r), dtype=torch.bfloat16) for r in rows],
@@ -34,19 +34,19 @@ def test_pickled_batch_travels_as_one_buffer_per_column_and_unpacks_to_views():
 def test_store_put_get_overwrite_and_clear_rows():
     store = ColumnStore(8)
     rows = _rows(1, 8)
-    store.put(torch.arange(8), pack("c", rows))
+    store.put(torch.arange(8), flatten_rows("c", rows))
     for _ in range(5):
         fresh = _rows(2, 4)
-        store.put(torch.tensor([1, 3, 5, 7]), pack("c", fresh))
+        store.put(torch.tensor([1, 3, 5, 7]), flatten_rows("c", fresh))
         rows[1], rows[3], rows[5], rows[7] = fresh
-    flat, lengths = store.get(torch.tensor([7, 0, 3]))
+    flat, lengths, _ = store.gather(torch.tensor([7, 0, 3]))
     assert torch.equal(flat, torch.cat([rows[7], rows[0], rows[3]]))
     assert lengths.tolist() == [len(rows[7]), len(rows[0]), len(rows[3])]
     assert all(torch.equal(store[i], rows[i]) for i in range(8))
     store.clear_rows(torch.tensor([2]))
     assert store[2] is None
     with pytest.raises(KeyError, match=r"\[2\]"):
-        store.get(torch.tensor([2]))
+        store.gather(torch.tensor([2]))
 
 
 def _capacity(store, row):
@@ -67,12 +67,12 @@ def test_compaction_runs_and_keeps_every_live_row_readable(trailing):
 
     store = ColumnStore(8)
     latest = [row(100) for _ in range(8)]
-    store.put(torch.arange(8), pack("c", latest))
+    store.put(torch.arange(8), flatten_rows("c", latest))
     written = sum(r.numel() for r in latest)
-    held = {i: (store.rows(torch.tensor([i]))[0], latest[i].clone()) for i in (0, 2, 4, 6)}
+    held = {i: (store.views(torch.tensor([i]))[0], latest[i].clone()) for i in (0, 2, 4, 6)}
     for k in range(40):  # lengths change, so compaction moves the kept rows
         fresh = [row(50 + k) for _ in range(4)]
-        store.put(torch.tensor([1, 3, 5, 7]), pack("c", fresh))
+        store.put(torch.tensor([1, 3, 5, 7]), flatten_rows("c", fresh))
         written += sum(r.numel() for r in fresh)
         latest[1], latest[3], latest[5], latest[7] = fresh
         # read between writes: held views must not see any later move
@@ -82,8 +82,8 @@ def test_compaction_runs_and_keeps_every_live_row_readable(trailing):
     assert _capacity(store, 0) <= 4 * live
     # every row is a view of the one current buffer (no old buffer kept alive by the store)
     assert len({store[i].untyped_storage().data_ptr() for i in range(8)}) == 1
-    assert all(torch.equal(a, b) for a, b in zip(store.rows(torch.arange(8)), latest))
-    flat, lengths = store.get(torch.tensor([7, 0, 3]))
+    assert all(torch.equal(a, b) for a, b in zip(store.views(torch.arange(8)), latest))
+    flat, lengths, _ = store.gather(torch.tensor([7, 0, 3]))
     assert torch.equal(flat, torch.cat([latest[7].reshape(-1), latest[0].reshape(-1), latest[3].reshape(-1)]))
     assert lengths.tolist() == [latest[7].shape[0], 100, latest[3].shape[0]]
     for i, (view, value) in held.items():
@@ -92,24 +92,24 @@ def test_compaction_runs_and_keeps_every_live_row_readable(trailing):
 
 def test_token_ids_above_int16_range_survive_store_and_transport():
     ids = [torch.tensor([0, 32767, 32768, 65535, 65536, 151643, 2**31 - 1]), torch.tensor([151645])]
-    for part in (pack("ids", ids), narrow(pack("ids", ids))):
+    for part in (flatten_rows("ids", ids), narrow_ints(flatten_rows("ids", ids))):
         store = ColumnStore(2)
         store.put(torch.arange(2), part)
-        assert [r.tolist() for r in store.rows(torch.arange(2))] == [t.tolist() for t in ids]
+        assert [r.tolist() for r in store.views(torch.arange(2))] == [t.tolist() for t in ids]
     back = pickle.loads(pickle.dumps(ColumnBatch({"ids": ids}), protocol=5))
     assert [r.tolist() for r in back["ids"]] == [t.tolist() for t in ids]
-    assert narrow(pack("ids", ids))[0].dtype == torch.int32
+    assert narrow_ints(flatten_rows("ids", ids))[0].dtype == torch.int32
 
 
 def test_shapes_and_dtypes():
     store = ColumnStore(4)
-    store.put(torch.tensor([0, 1]), pack("x", [torch.ones(2, 3), torch.zeros(1, 3)]))
+    store.put(torch.tensor([0, 1]), flatten_rows("x", [torch.ones(2, 3), torch.zeros(1, 3)]))
     assert store[1].shape == (1, 3) and store[0].shape == (2, 3)
     with pytest.raises(ValueError, match="trailing shape"):
-        store.check("x", pack("x", [torch.ones(2, 4)]))
+        store.check("x", flatten_rows("x", [torch.ones(2, 4)]))
     with pytest.raises(ValueError, match="row 1"):
-        pack("x", [torch.ones(2, 3), torch.ones(2, 4)])
+        flatten_rows("x", [torch.ones(2, 3), torch.ones(2, 4)])
     ints = ColumnStore(2)
-    ints.put(torch.tensor([0]), pack("n", [torch.tensor([1], dtype=torch.int32)]))
-    ints.put(torch.tensor([1]), pack("n", [torch.tensor([2.5])]))  # a float row promotes the column
+    ints.put(torch.tensor([0]), flatten_rows("n", [torch.tensor([1], dtype=torch.int32)]))
+    ints.put(torch.tensor([1]), flatten_rows("n", [torch.tensor([2.5])]))  # a float row promotes the column
     assert ints[0].dtype == torch.float32 and float(ints[1][0]) == 2.5

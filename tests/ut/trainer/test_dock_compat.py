@@ -1,12 +1,13 @@
-"""Upstream's pull API (transfer_dock_compat) and the driver stage of rewards."""
+"""Upstream's pull API (compat.transfer_dock) and the driver stage of rewards."""
 import pytest
 import torch
 
+from mindspeed_rl.compat.transfer_dock import PullDock as Dock
 from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.config_cls.stages import GROUP_ADV, REWARD
 from mindspeed_rl.trainer.utils import compute_utils
-from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
 
-Dock = GRPOTransferDock.__ray_actor_class__
 COLS = ["prompts", "responses", "prompt_length", "response_length"]
 
 
@@ -36,21 +37,13 @@ def test_balanced_pull_serves_exactly_the_count_asked_while_the_pool_has_it():
 def _reward_dock():
     cfgs = build_configs(load_config("configs/grpo_tiny_cpu.yaml", ["megatron_training.model_path=/unused"]))
     plan = cfgs.plan
-    dock = Dock(plan.prompts_per_round, plan.n_samples, addition_columns=["labels"], run_plan=plan)
+    dock = DriverDock(plan.prompts_per_round, plan.n_samples, addition_columns=["labels"], run_plan=plan)
     prompts = [torch.tensor([1, 2, i]) for i in range(plan.prompts_per_round)]
     dock.put_prompts_experience({"prompts": prompts, "labels": [torch.tensor([i]) for i in range(len(prompts))]},
                                 ["labels"])
     lengths = [1 + (3 * r) % 7 for r in range(plan.rows_per_round)]
     _ready(dock, list(range(plan.rows_per_round)), lengths)
     return plan, dock, lengths
-
-
-class Local:
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __getattr__(self, name):
-        return type("Remote", (), {"remote": staticmethod(getattr(self.obj, name))})
 
 
 class Weighted:
@@ -61,15 +54,12 @@ class Weighted:
         return self.fn(responses, labels)
 
 
-def test_rewards_stage_combines_every_reward_with_its_weight_in_row_order(monkeypatch):
-    monkeypatch.setattr(compute_utils.ray, "get", lambda v, **_: v)
+def test_rewards_stage_combines_every_reward_with_its_weight_in_row_order():
     plan, dock, lengths = _reward_dock()
     by_length = Weighted(lambda resp, labels: torch.tensor([float(r.numel()) for r in resp]), 0.5)
     by_label = Weighted(lambda resp, labels: torch.tensor([float(int(x)) for x in labels]), 2.0)
-    stage = plan.stages["rule_reward"]
-    metrics = compute_utils.compute_rewards(Local(dock), stage, [by_length, by_label])
-    adv_metrics = compute_utils.compute_group_advantages(Local(dock), plan.stages["compute_advantage"],
-                                                         plan.n_samples)
+    metrics = compute_utils.compute_rewards(dock, plan.stages[REWARD.name], [by_length, by_label])
+    adv_metrics = compute_utils.compute_group_advantages(dock, plan.stages[GROUP_ADV.name], plan.n_samples)
     labels = [r // plan.n_samples for r in range(plan.rows_per_round)]  # repeated per sample, not tiled
     want = torch.tensor([0.5 * n + 2.0 * lab for n, lab in zip(lengths, labels)])
     scores = torch.cat([s.reshape(1) for s in dock.experience_data["rm_scores"]])
@@ -84,10 +74,9 @@ def test_rewards_stage_combines_every_reward_with_its_weight_in_row_order(monkey
     assert metrics["response_length/max"] == max(lengths)
 
 
-def test_rewards_stage_rejects_a_reward_with_the_wrong_row_count(monkeypatch):
-    monkeypatch.setattr(compute_utils.ray, "get", lambda v, **_: v)
+def test_rewards_stage_rejects_a_reward_with_the_wrong_row_count():
     plan, dock, _ = _reward_dock()
     short = Weighted(lambda resp, labels: torch.zeros(3), 1.0)
     with pytest.raises(ValueError, match="gave 3 scores for 32 responses"):
-        compute_utils.compute_rewards(Local(dock), plan.stages["rule_reward"], [short])
+        compute_utils.compute_rewards(dock, plan.stages[REWARD.name], [short])
     assert not bool(dock.experience_data_status["rm_scores"].any())  # nothing written

@@ -6,10 +6,9 @@ import torch
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
 from mindspeed_rl.config_cls.stages import TRAIN
-from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+from mindspeed_rl.trainer.utils.transfer_dock import DriverDock as Dock
 from mindspeed_rl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 
-Dock = GRPOTransferDock.__ray_actor_class__
 COLS = ["prompts", "responses", "prompt_length", "response_length"]
 
 
@@ -83,7 +82,7 @@ def test_random_split_when_unbalanced_is_seeded_per_round_and_logged():
         dock.clear()
         _fill(dock)
         rounds.append(dock.plan_stage(TRAIN.name))
-        metrics = dock.get_metrics().compute()
+        metrics = dock.metrics.compute()
         assert metrics["dp_balance/actor_train/imbalance"] > 0
     again = Dock(16, 4, run_plan=plan)
     again.clear()
@@ -111,6 +110,17 @@ def test_resumed_dock_draws_the_uninterrupted_runs_split_of_each_round():
         resumed.clear()
         _fill(resumed)
         assert resumed.plan_stage(TRAIN.name) == splits[k], f"round {k + 1}"
+
+
+def test_the_dock_holds_the_columns_its_stages_read_and_write():
+    plan = build_configs(load_config("configs/grpo_tiny_cpu.yaml",
+                                     ["megatron_training.model_path=/unused"])).plan
+    dock = Dock(plan.prompts_per_round, plan.n_samples, addition_columns=["labels"], run_plan=plan)
+    written = {c for s in plan.stages.values() for c in s.outputs}
+    read = {c for s in plan.stages.values() for c in s.inputs}
+    assert set(dock.experience_columns) == {"prompts", "prompt_length", "labels"} | written | read
+    with pytest.raises(ValueError, match=r"unknown columns \['returns'\]"):  # no GRPO stage writes returns
+        dock.put_experience({"returns": [torch.zeros(1)]}, [0])
 
 
 def test_tiny_config_plan_drives_the_dock():

@@ -6,8 +6,9 @@ import pytest
 
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.stages import OLD, REF, ROLLOUT, TRAIN
+from mindspeed_rl.config_cls.stages import OLD, REF, REWARD, ROLLOUT, TRAIN
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
+from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.workers.parallel_state import ParallelState
 from ut.dapo.test_dapo_sampling import Engine, Group, Reward, batches
 
@@ -15,15 +16,15 @@ TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
 
 
 class CountingGroup(Group):
-    """Records what each group call ran: a stage name, or a tuple of names run together."""
+    """Records what each group call ran: the names of the stages run together."""
 
     def __init__(self, workers):
         super().__init__(workers)
         self.calls = []
 
-    def run_stage(self, name, td, **context):
-        self.calls.append(name)
-        return super().run_stage(name, td, **context)
+    def run_stage(self, group, plan, batches, **context):
+        self.calls.append(group.names)
+        return super().run_stage(group, plan, batches, **context)
 
 
 def _step(*overrides):
@@ -50,7 +51,7 @@ def engine(monkeypatch):
 
 def test_reference_and_old_log_probs_run_in_one_call_when_their_plans_coincide():
     calls, metrics, dock = _step()
-    assert calls == [ROLLOUT.name, (REF.name, OLD.name), TRAIN.name]
+    assert calls == [(ROLLOUT.name,), (REF.name, OLD.name), (TRAIN.name,)]
     for column in (REF.outputs[0], OLD.outputs[0]):  # both written for every row of the round
         assert bool((dock.experience_data_status[column] == 1).all())
     for stage in (REF.name, OLD.name):  # each stage keeps its own timing and balance record
@@ -62,15 +63,29 @@ def test_stages_with_different_plans_run_apart():
     # balance off: each stage gets its own seeded random split, so the plans differ
     calls, metrics, dock = _step("rl_config.use_dp_batch_balance=false")
     assert dock.plan_stage(REF.name) != dock.plan_stage(OLD.name)
-    assert calls == [ROLLOUT.name, REF.name, OLD.name, TRAIN.name]
+    assert calls == [(ROLLOUT.name,), (REF.name,), (OLD.name,), (TRAIN.name,)]
     assert bool((dock.experience_data_status[OLD.outputs[0]] == 1).all())
 
 
 def test_the_dock_refuses_to_run_stages_with_different_plans_together():
     _, _, dock = _step("rl_config.use_dp_batch_balance=false")
+    stages = dock.run_plan.stages
+    both = StageGroup.of(stages[REF.name], stages[OLD.name])
     with pytest.raises(ValueError, match=rf"cannot run together: '{OLD.name}' has another plan"):
-        dock.dispatch((REF.name, OLD.name))
+        dock.dispatch(both)
     with pytest.raises(ValueError, match="cannot run together"):
-        dock.put_stage((REF.name, OLD.name), {}, {})
-    plan, *rows = dock.dispatch(REF.name)
-    assert all(set(r) == set(dock.run_plan.stages[REF.name].inputs) for r in rows)
+        dock.put_stage(both, {}, {})
+    plan, *rows = dock.dispatch(StageGroup.of(stages[REF.name]))
+    assert all(set(r) == set(stages[REF.name].inputs) for r in rows)
+
+
+def test_a_stage_group_holds_dp_stages():
+    cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused"]))
+    stages = cfgs.plan.stages
+    group = StageGroup.of(stages[REF.name], stages[OLD.name])
+    assert group.name == f"{REF.name}+{OLD.name}" and group.names == (REF.name, OLD.name)
+    assert group.inputs == stages[REF.name].inputs and group.outputs == REF.outputs + OLD.outputs
+    with pytest.raises(ValueError, match="not DP stages"):
+        StageGroup.of(stages[REWARD.name])
+    with pytest.raises(ValueError, match="at least one stage"):
+        StageGroup(())

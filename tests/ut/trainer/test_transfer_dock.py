@@ -1,3 +1,5 @@
+"""Upstream's pull API (compat.transfer_dock.PullDock, in-process) and the storage checks it shares
+with the driver's dock."""
 import pickle
 import threading
 
@@ -5,12 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from mindspeed_rl.compat.transfer_dock import PullDock as Dock
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch
-from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
 from mindspeed_rl.utils.seqlen_balancing import balance_stats, get_seqlen_balanced_partitions
 from mindspeed_rl.utils.workload import WorkloadModel
 
-Dock = GRPOTransferDock.__ray_actor_class__
 COLS = ["responses", "prompt_length", "response_length"]
 
 
@@ -60,6 +61,8 @@ def test_balanced_round_serves_every_row_once_and_matches_offline():
     metrics = td.get_metrics().compute()
     assert metrics["dp_balance/actor_train/imbalance"] == pytest.approx(offline["imbalance"])
     assert metrics["dp_balance/actor_train/shares"] == 8
+    history = td.get_balance_history()  # the plan's per-share loads, once
+    assert sorted(history[-1]["loads"]) == pytest.approx(sorted(served)) and td.get_balance_history() == []
 
 
 def test_balance_far_below_random_on_long_tail():

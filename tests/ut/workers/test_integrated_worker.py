@@ -4,7 +4,9 @@ Two workers (DP ranks 0 and 1) run in this process without a process group;
 each one's collectives are no-ops. Each test pins one behaviour so that
 breaking it in the worker, trainer stages or dock makes the test fail.
 """
+import dataclasses
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -16,12 +18,13 @@ from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.stages import OLD, ROLLOUT, TRAIN
 from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
 from mindspeed_rl.models.lr_schedule import lr_at
+from mindspeed_rl.trainer.stage_runner import StageGroup, run_dp_stage
 from mindspeed_rl.trainer.utils.compute_utils import compute_advantage, compute_rule_reward
-from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
 from mindspeed_rl.workers.parallel_state import ParallelState
+from ut.dapo.test_dapo_sampling import Group
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
-Dock = GRPOTransferDock.__ray_actor_class__
 
 
 class Local:
@@ -70,13 +73,12 @@ def local(monkeypatch):
 def _setup(*overrides):
     cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused", *overrides]))
     plan = cfgs.plan
-    dock = Dock(plan.prompts_per_round, plan.n_samples, addition_columns=["labels"], run_plan=plan)
+    dock = DriverDock(plan.prompts_per_round, plan.n_samples, addition_columns=["labels"], run_plan=plan)
     workers = []
     for rank in range(plan.layout.world_size):
         w = iw.IntegratedWorker(rank=rank,
                                 world_size=plan.layout.world_size, run_plan=plan)
         w.parallel_state = ParallelState.from_layout(rank, plan.layout)
-        w.init_transfer_dock(Local(dock))
         w.initialize("/unused", eos_id=13, pad_id=14)
         workers.append(w)
     return cfgs, dock, workers
@@ -97,12 +99,10 @@ def _fill(dock, plan, seed=0):
 
 
 def _run(dock, workers, name, **context):
-    """Stage ``name`` as the driver runs it: one dispatch, each rank's run, one put of the results."""
-    plan, *batches = dock.dispatch(name)
-    results = [w.run_stage(name, plan, batches[w.parallel_state.dp_rank], **context) for w in workers]
-    if any(out is not None for _, out in results):
-        dock.put_stage(name, *[out for _, out in results])
-    return plan, [m for m, _ in results]
+    """Stage ``name`` as the driver runs it (one dispatch, each rank's run, one put of the results):
+    the round's plan and the ranks' metrics."""
+    metrics = run_dp_stage(Group(workers), dock, StageGroup.of(dock.run_plan.stages[name]), **context)
+    return dock.plan_stage(name), metrics
 
 
 def _seen_rows(dock, worker, kind):
@@ -209,8 +209,11 @@ def test_reward_and_group_normalised_advantage_stages(local):
 def test_checkpoint_restores_rng_and_lr_step(local, tmp_path, monkeypatch):
     cfgs, _, (w0, w1) = _setup("actor_config.lr_decay_style=linear")
     saved = {}
-    monkeypatch.setattr(RecordingEngine, "save_sharded", lambda self, path, opt: saved.update(path=path, opt=opt),
-                        raising=False)
+    def save_sharded(self, path, opt):  # the folder a real save writes, which a load checks for
+        os.makedirs(path, exist_ok=True)
+        saved.update(path=path, opt=opt)
+
+    monkeypatch.setattr(RecordingEngine, "save_sharded", save_sharded, raising=False)
     monkeypatch.setattr(RecordingEngine, "load_sharded", lambda self, path, opt: saved.update(loaded=path),
                         raising=False)
     monkeypatch.setattr(RecordingEngine, "set_step", lambda self, n: saved.update(step=n), raising=False)
@@ -256,13 +259,15 @@ def test_megatron_seed_seeds_each_rank_global_streams(local):
 def test_run_stage_checks_the_share_count(local):
     cfgs, dock, (w0, _) = _setup()
     _fill(dock, cfgs.plan)
-    plan, batch, _ = dock.dispatch(TRAIN.name)
+    train = StageGroup.of(cfgs.plan.stages[TRAIN.name])
+    plan, batch, _ = dock.dispatch(train)
     with pytest.raises(ValueError, match="expects 2 shares per rank, got 1"):
-        w0.run_stage(TRAIN.name, [plan[0][:1], plan[1]], batch)
+        w0.run_stage(train, [plan[0][:1], plan[1]], batch)
     with pytest.raises(ValueError, match="plan has 1 DP ranks"):
-        w0.run_stage(TRAIN.name, plan[:1], batch)
-    with pytest.raises(ValueError, match="no DP stage 'rule_reward'"):
-        w0.run_stage("rule_reward", plan, batch)
+        w0.run_stage(train, plan[:1], batch)
+    ghost = StageGroup.of(dataclasses.replace(cfgs.plan.stages[TRAIN.name], name="ghost"))
+    with pytest.raises(ValueError, match="no DP stage 'ghost'"):
+        w0.run_stage(ghost, plan, batch)
 
 
 def test_accelerator_rng_state_is_checkpointed_for_any_device_type(monkeypatch):

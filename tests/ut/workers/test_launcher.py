@@ -5,7 +5,9 @@ the workers; the tests check what happens, not how fast."""
 import pytest
 import torch.distributed as dist
 
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, Timeouts
+from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan, Timeouts
+from mindspeed_rl.config_cls.stages import TRAIN
+from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.utils.dist_sync import all_reduce_scalar
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
@@ -66,23 +68,25 @@ def test_dead_worker_is_reported(local_ray):
 
 def test_run_stage_sends_each_dp_rank_its_rows_and_returns_the_tp_sources_outputs(local_ray):
     class Probe(BaseWorker):
-        def run_stage(self, name, plan, batch, **context):
-            return {"rank": self.rank, "rows": batch["rows"], "plan": plan, **context}, f"out of rank {self.rank}"
+        def run_stage(self, group, plan, batch, **context):
+            return ({"rank": self.rank, "rows": batch["rows"], "plan": plan, "names": group.names, **context},
+                    f"out of rank {self.rank}")
 
-    class Dock:  # the driver's dock: a plan and one batch per DP rank
-        def dispatch(self, name):
-            assert name == "stage_x"
-            return [[[[0, 1]], [[2, 3]]], {"rows": [0, 1]}, {"rows": [2, 3]}]
+    class Dock:  # a driver's dock: it stays in the driver
+        pass
 
+    stage = StagePlan("stage_x", 2, 1, False, stage=TRAIN)
     plan = _plan(world=4, tp=2)
     group = RayActorGroup(Probe, plan, num_cpus_per_worker=0.25)
     try:
-        metrics, outputs = group.run_stage("stage_x", Dock(), iteration=7)
+        metrics, outputs = group.run_stage(StageGroup.of(stage), [[[0, 1]], [[2, 3]]],
+                                           [{"rows": [0, 1]}, {"rows": [2, 3]}], iteration=7)
         with pytest.raises(TypeError, match="ranks take a GRPOTransferDock actor handle, got Dock"):
             group.sync_init_transfer_dock(Dock())  # never pickled to the ranks
     finally:
         group.shutdown()
     # ranks 0, 1 are DP rank 0 (TP peers), ranks 2, 3 DP rank 1
     assert [m["rows"] for m in metrics] == [[0, 1], [0, 1], [2, 3], [2, 3]]
-    assert all(m["iteration"] == 7 and m["plan"] == [[[0, 1]], [[2, 3]]] for m in metrics)
+    assert all(m["iteration"] == 7 and m["plan"] == [[[0, 1]], [[2, 3]]] and m["names"] == ("stage_x",)
+               for m in metrics)
     assert outputs == ["out of rank 0", "out of rank 2"]
