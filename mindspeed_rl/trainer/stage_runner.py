@@ -11,9 +11,17 @@ reference and old log-probs when balanced) run together: one ``StageGroup``,
 one dispatch, one call per rank, one put.
 """
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 Metrics = Dict[str, float]
+
+
+class StageRef(NamedTuple):
+    """A DP stage as it travels to the ranks: its name and columns (a rank reads the rest from its run plan)."""
+    name: str
+    inputs: Tuple[str, ...]
+    outputs: Tuple[str, ...]
+    is_dp: bool = True
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,10 @@ class StageGroup:
         not_dp = [s.name for s in self.stages if not s.is_dp]
         if not_dp:
             raise ValueError(f"stage group: {not_dp} are not DP stages")
+
+    def __reduce__(self):
+        # pickled for every rank of every call: the stages' names and columns, not whole StagePlans
+        return StageGroup, (tuple(StageRef(s.name, tuple(s.inputs), tuple(s.outputs)) for s in self.stages),)
 
     @classmethod
     def of(cls, *stages) -> "StageGroup":

@@ -1,5 +1,6 @@
 """DP stages whose plans coincide run in one call per rank: the real trainer step over two in-process
 IntegratedWorkers (DP ranks 0 and 1, no process group) and the driver's dock."""
+import pickle
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,8 @@ def test_a_stage_group_holds_dp_stages():
         StageGroup.of(stages[REWARD.name])
     with pytest.raises(ValueError, match="at least one stage"):
         StageGroup(())
+    # to the ranks it travels as names and columns (every call, every rank), not whole StagePlans
+    wire = pickle.dumps(group)
+    back = pickle.loads(wire)
+    assert (back.names, back.inputs, back.outputs) == (group.names, group.inputs, group.outputs)
+    assert len(wire) < len(pickle.dumps(group.stages)) / 2
