@@ -64,9 +64,9 @@ class TransferDock(DriverDock):
         with self._data_lock:
             super()._write(*args)
 
-    def get_rows(self, experience_columns: List[str], indexes: List[int]) -> ColumnBatch:
+    def _gather(self, columns, rows: Tensor) -> ColumnBatch:
         with self._data_lock:
-            return super().get_rows(experience_columns, indexes)
+            return super()._gather(columns, rows)
 
     def _wait_for_data(self, columns: Sequence[str], rows: Tensor, consumer: str = "") -> None:
         """Wait until every cell is ready; raise TimeoutError after ``timeout``."""

@@ -35,6 +35,11 @@ PROMPT_COLUMNS = ("prompts", "prompt_length")
 LENGTH_COLUMNS = ("prompt_length", "response_length", "input_ids_length")
 
 
+def _rows_of(shares: List[List[int]]) -> Tensor:
+    """A DP rank's rows: its shares of a plan, concatenated."""
+    return torch.tensor([r for share in shares for r in share], dtype=torch.int64)
+
+
 def plan_columns(run_plan) -> List[str]:
     """Every column the stages of ``run_plan`` read or write, in stage order (none without a plan)."""
     if run_plan is None:
@@ -124,10 +129,9 @@ class DriverDock:
         self.experience_lengths = {c: torch.zeros(self.max_len, dtype=torch.int64)
                                    for c in LENGTH_COLUMNS if c in self.experience_columns}
 
-    def _checked_put(self, columns: List[str], parts: List[FlatRows], indexes):
-        """Every check of a put, nothing written: (rows, scalar values of the length columns)."""
+    def _checked_put(self, columns: List[str], parts: List[FlatRows], rows: Tensor):
+        """Every check of a put at valid, distinct ``rows``; nothing written: the scalar values of the length columns."""
         self._check_columns(columns, "put experience")
-        rows = self._check_indexes(indexes, "put experience")
         lengths = {}
         for column, part in zip(columns, parts):
             if part[1].numel() != rows.numel():
@@ -136,7 +140,7 @@ class DriverDock:
             self.experience_data[column].check(column, part)
             if column in LENGTH_COLUMNS:
                 lengths[column] = self._scalar_column(column, part)
-        return rows, lengths
+        return lengths
 
     def _write(self, columns: List[str], parts: List[FlatRows], rows: Tensor, lengths: Dict[str, Tensor]):
         for column, part in zip(columns, parts):
@@ -171,7 +175,8 @@ class DriverDock:
         if indexes is None or len(indexes) == 0:
             raise ValueError("put experience: indexes must be provided")
         columns, parts = self._as_flat(data_dict)
-        self._write(columns, parts, *self._checked_put(columns, parts, indexes))
+        rows = self._check_indexes(indexes, "put experience")
+        self._write(columns, parts, rows, self._checked_put(columns, parts, rows))
 
     def put_prompts_experience(self, batch: Dict[str, Union[Tensor, List[Tensor]]],
                                dataset_additional_keys: Optional[List[str]] = None):
@@ -202,8 +207,11 @@ class DriverDock:
         self._check_columns(experience_columns, "get rows")
         rows = self._check_indexes(indexes, "get rows")
         self._require(experience_columns, rows, f"get rows {list(experience_columns)}")
-        # gathered into one buffer per column: nothing to flatten when pickled
-        return ColumnBatch(flat={c: self.experience_data[c].gather(rows) for c in experience_columns})
+        return self._gather(experience_columns, rows)
+
+    def _gather(self, columns: Sequence[str], rows: Tensor) -> ColumnBatch:
+        """Checked ``rows`` of ``columns``, gathered into one buffer per column (nothing to flatten when pickled)."""
+        return ColumnBatch(flat={c: self.experience_data[c].gather(rows) for c in columns})
 
     # ------------------------------------------------------------ DP stages
 
@@ -274,9 +282,8 @@ class DriverDock:
         """``[plan, batch_0, ..., batch_{dp-1}]`` for the DP stages of ``group``:
         the round's plan and, for each DP rank, its rows of the stages' inputs
         (its shares concatenated, in order; one buffer per column through Ray)."""
-        plan = self._group_plan(group)
-        columns = list(group.inputs)
-        return [plan] + [self.get_rows(columns, [r for share in shares for r in share]) for shares in plan]
+        plan = self._group_plan(group)  # planning checked that every input of every row is there
+        return [plan] + [self._gather(group.inputs, _rows_of(shares)) for shares in plan]
 
     def put_stage(self, group: "StageGroup", *outputs) -> None:
         """Write the results of ``group``'s stages: ``outputs[r]`` holds DP rank
@@ -291,9 +298,9 @@ class DriverDock:
             if sorted(columns) != expected:
                 raise ValueError(f"put_stage({group.name!r}): rank {rank} gave columns {columns}, the stage writes "
                                  f"{expected}")
+            rows = _rows_of(shares)  # the plan's: valid and distinct
             try:
-                checked.append((columns, parts, *self._checked_put(columns, parts,
-                                                                   [r for share in shares for r in share])))
+                checked.append((columns, parts, rows, self._checked_put(columns, parts, rows)))
             except ValueError as err:
                 raise ValueError(f"put_stage({group.name!r}): rank {rank}: {err}") from err
         for part in checked:  # every rank checked before anything is written
