@@ -11,7 +11,10 @@ reference and old log-probs when balanced) run together: one ``StageGroup``,
 one dispatch, one call per rank, one put.
 """
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple, Union
+
+if TYPE_CHECKING:
+    from mindspeed_rl.config_cls.run_plan import StagePlan
 
 Metrics = Dict[str, float]
 
@@ -26,9 +29,10 @@ class StageRef(NamedTuple):
 
 @dataclass(frozen=True)
 class StageGroup:
-    """DP stages (run plan ``StagePlan``s) that run in one call per rank on one plan, in order
-    (their roles may differ when one worker group serves both, e.g. 'ref' and 'actor')."""
-    stages: Tuple[Any, ...]
+    """DP stages that run in one call per rank on one plan, in order (their roles may differ
+    when one worker group serves both, e.g. 'ref' and 'actor'). In the driver the stages are
+    the run plan's ``StagePlan``s; on the ranks, ``StageRef``s."""
+    stages: Tuple[Union["StagePlan", StageRef], ...]
 
     def __post_init__(self):
         if not self.stages:
