@@ -97,18 +97,23 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     check_against_checkpoint(actor, actor.model_path)
     tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path,
                                               trust_remote_code=gen.trust_remote_code)
-    from mindspeed_rl.utils.checkpoint import resume_state
+    from mindspeed_rl.utils.checkpoint import check_resumable, resume_state
     checkpoint = _checkpoint(actor)
+    if checkpoint is not None and not actor.finetune:  # what the resume asks for is there, before Ray
+        check_resumable(checkpoint[0], not actor.no_load_optim, not actor.no_load_rng, cfgs.plan.layout.world_size)
     state = resume_state(checkpoint, weights_only=actor.finetune)
     _check_save_folder(actor.save)
     from mindspeed_rl.utils.loggers import check_run_folder
-    check_run_folder(output_dir, state["iteration"])  # a fresh run never appends to another run's metrics
-    data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer,
-                          start=state["data_position"], **data_options(actor, rl))
-    data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
-    print(cfgs.plan.worker.rollout.describe())
-    print(f"run plan: {cfgs.plan.summary()}")
-    return _train(cfgs, tokenizer, data, checkpoint, state, output_dir)
+    from mindspeed_rl.utils.run_lock import RunLocks
+    # this run owns its run folder and save folder until it ends (a second run stops here, before Ray)
+    with RunLocks([("--output-dir", output_dir), ("megatron_training.save", actor.save)]):
+        check_run_folder(output_dir, state["iteration"])  # a fresh run never appends to another run's metrics
+        data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer,
+                              start=state["data_position"], **data_options(actor, rl))
+        data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
+        print(cfgs.plan.worker.rollout.describe())
+        print(f"run plan: {cfgs.plan.summary()}")
+        return _train(cfgs, tokenizer, data, checkpoint, state, output_dir)
 
 
 def trainer_class(stage):
@@ -165,6 +170,7 @@ def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
             state = Checkpointer(actor.load, load_workers=load_workers).restore(
                 checkpoint, weights_only=actor.finetune, with_optimizer=not actor.no_load_optim,
                 with_rng=not actor.no_load_rng)
+        logger.start()  # a resumed run's records are cut and marked only once its checkpoint loaded
         extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]
         trainer = trainer_class(actor.stage)(
             actor_worker=group, critic_worker=groups.get("critic"), reward_list=[reward],
