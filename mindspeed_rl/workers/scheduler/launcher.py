@@ -12,7 +12,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from mindspeed_rl.compat.workers import UpstreamGroupIO
-from mindspeed_rl.utils.error_cause import cause
+from mindspeed_rl.utils.error_cause import cause as root_cause_text
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.parallel_state import ParallelState
 
@@ -31,7 +31,7 @@ def brief(err: BaseException) -> str:
         who = f"actor {cls.group(1)}" if cls else "a Ray actor"
         text = f"{who}{f' (pid {pid.group(1)})' if pid else ''} died ({type(err).__name__})"
     else:
-        text = cause(err)  # a DCP failure as the rank's own error, a full disk as the OS error
+        text = root_cause_text(err)  # a DCP failure as the rank's own error, a full disk as the OS error
     text = " ".join(text.split())
     # cut in the middle: the cause is usually at the end
     return text if len(text) <= BRIEF_CHARS else text[:BRIEF_CHARS // 3] + " ... " + text[-(2 * BRIEF_CHARS // 3):]
