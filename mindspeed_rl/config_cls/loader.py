@@ -27,6 +27,7 @@ import yaml
 from mindspeed_rl.config_cls.base_config import check_type
 from mindspeed_rl.config_cls.generate_config import GenerateConfig
 from mindspeed_rl.config_cls.key_types import unset_types
+from mindspeed_rl.config_cls.learning_signal import zero_advantage_reasons
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
 from mindspeed_rl.config_cls.model_arch import check_fixed
 from mindspeed_rl.config_cls.rl_config import RLConfig
@@ -251,6 +252,8 @@ def build_configs(cfg):
     if critic_config is not None:
         _critic_weights(critic_config, actor_config)
     _check_verifiers(rl_config)
+    for reason in zero_advantage_reasons(rl_config):
+        warnings.warn(f"nothing can be learned: {reason}", UserWarning, stacklevel=2)
     check_rl_args(actor_config, rl_config, generate_config)
     plan = build_run_plan(actor_config, rl_config, generate_config, critic_config)
     write_derived(plan, rl_config, generate_config)
