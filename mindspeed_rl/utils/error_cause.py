@@ -50,12 +50,13 @@ def free_bytes(path: str) -> Optional[int]:
 
 
 def storage_cause(folder: str, err: BaseException) -> str:
-    """``cause(err)``, plus the file system's free space when the library hid a full disk."""
+    """``cause(err)``; when the library hid a full disk (torch's writer: 'unexpected pos ...'), the
+    file system's free space first, then what the library said."""
     text = cause(err)
     if "No space left on device" not in text:
         free = free_bytes(folder)
         if free is not None and free < LOW_SPACE_BYTES:
-            text += f" (No space left on device: {free} bytes free on the file system of {folder})"
+            text = f"No space left on device ({free} bytes free on the file system of {folder}); the library said: {text}"
     return text
 
 

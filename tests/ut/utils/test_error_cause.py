@@ -58,8 +58,9 @@ def test_a_full_disk_torch_hides_is_found_from_the_free_space(tmp_path, monkeypa
     assert "No space left on device" not in error_cause.cause(err)
     assert "No space left" not in error_cause.storage_cause(str(tmp_path), err)  # this disk has room
     monkeypatch.setattr(error_cause, "free_bytes", lambda path: 0)
-    assert error_cause.storage_cause(str(tmp_path), err).endswith(
-        f"(No space left on device: 0 bytes free on the file system of {tmp_path})")
+    text = error_cause.storage_cause(str(tmp_path), err)
+    assert text == (f"No space left on device (0 bytes free on the file system of {tmp_path}); the library said: "
+                    f"{error_cause.cause(err)}")
 
 
 def test_named_failure_is_one_line_and_lets_its_own_errors_through(tmp_path):
