@@ -31,11 +31,12 @@ _MEGATRON = {
 }
 
 _RL = {
-    **dict.fromkeys(("reference_resource", "reward_resource", "integrated_mode_config"), (DICT,)),
+    **dict.fromkeys(("reference_resource", "reward_resource", "critic_resource", "integrated_mode_config"), (DICT,)),
     **dict.fromkeys((
         "ref_forward_micro_batch_size", "actor_forward_micro_batch_size", "actor_rollout_dispatch_size",
         "actor_logprob_dispatch_size", "ref_dispatch_size", "reward_dispatch_size", "adv_dispatch_size",
-        "actor_update_dispatch_size", "actor_max_packing_token_size", "update_max_packing_token_size"), (INT,)),
+        "actor_update_dispatch_size", "actor_max_packing_token_size", "update_max_packing_token_size",
+        "critic_value_dispatch_size", "critic_update_dispatch_size"), (INT,)),
     **dict.fromkeys(("tool_config_path", "tool_response_truncate_side", "tool_parser_format"), (STR,)),
     "stage_timeout": (FLOAT,),
 }

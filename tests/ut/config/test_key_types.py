@@ -36,6 +36,8 @@ def test_every_unset_key_has_a_type():
     ("generate_config.data_parallel_size=true", "generate_config.data_parallel_size expects int, got True (bool)"),
     ("generate_config.sampling_config.seed=abc", "generate_config.sampling_config.seed expects int, got 'abc' (str)"),
     ("model.tiny_qwen2.hidden_size=wide", "model.tiny_qwen2.hidden_size expects int, got 'wide' (str)"),
+    ("critic_config.seq_length=long", "critic_config.seq_length expects int, got 'long' (str)"),
+    ("rl_config.critic_resource=[2]", "rl_config.critic_resource expects dict, got [2] (list)"),
 ])
 def test_wrong_type_names_section_key_type_and_value(override, message):
     cfg = load_config(TINY, [override])

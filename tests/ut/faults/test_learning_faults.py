@@ -8,6 +8,7 @@ import torch
 
 from cli import train_grpo
 from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.config_cls.stages import GROUP_ADV, REWARD
 from mindspeed_rl.config_cls.learning_signal import zero_advantage_reasons
 from mindspeed_rl.config_cls.rl_config import RLConfig
 from mindspeed_rl.models.rule_reward import RuleReward
@@ -107,20 +108,26 @@ def test_guard_says_when_every_advantage_is_zero(capsys):
     assert capsys.readouterr().out == ""
 
 
-def test_trainer_reward_stage_stops_before_the_update(monkeypatch):
+def test_trainer_reward_stage_stops_before_the_update(monkeypatch, capsys):
     cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused"]))
     calls = []
     monkeypatch.setattr(hybrid, "compute_rewards", lambda *a, **k: calls.append(1) or {"reward/mean": 0.0})
-    trainer = hybrid.RayGRPOTrainer(actor_worker=None, reward_list=[_Failing()], run_plan=cfgs.plan,
+    workers = object()  # no stage runs on them here
+    trainer = hybrid.RayGRPOTrainer(actor_worker=workers, reward_list=[_Failing()], run_plan=cfgs.plan,
                                     max_failed_reward_iterations=1)
     trainer._took_batch(3)
     with pytest.raises(RewardFailureError, match="in iteration 3 "):
-        trainer.compute_rewards(cfgs.plan.stages["rule_reward"])
+        trainer.compute_rewards(cfgs.plan.stages[REWARD.name])
     assert calls == [1]
-    lenient = hybrid.RayGRPOTrainer(actor_worker=None, reward_list=[_Failing()], run_plan=cfgs.plan,
+    lenient = hybrid.RayGRPOTrainer(actor_worker=workers, reward_list=[_Failing()], run_plan=cfgs.plan,
                                     max_failed_reward_iterations=0)
     lenient._took_batch(1)
-    assert lenient.compute_rewards(cfgs.plan.stages["rule_reward"]) == {"reward/mean": 0.0}
+    assert lenient.compute_rewards(cfgs.plan.stages[REWARD.name]) == {"reward/mean": 0.0}
+    capsys.readouterr()
+    # the advantage stage says when none is left
+    monkeypatch.setattr(hybrid, "compute_group_advantages", lambda *a, **k: {"advantages/zero_frac": 1.0})
+    assert lenient.compute_advantage(cfgs.plan.stages[GROUP_ADV.name]) == {"advantages/zero_frac": 1.0}
+    assert capsys.readouterr().out.startswith("warning: iteration 1: every advantage is 0")
 
 
 def test_config_key_is_typed_checked_and_reaches_the_trainer():
