@@ -1,13 +1,17 @@
-"""End-to-end fault drill for issue 21: runs the tiny GRPO config as subprocesses and injects one
-fault per row (signals to the run's own workers and driver, NaN rewards, a truncated shard,
-bad save path, malformed JSONL). Per row it prints the exit code, the error line, the seconds from
+"""End-to-end fault drill (issues 21 and 28): runs the tiny GRPO config as subprocesses and injects
+one fault per row: signals to the run's own workers and driver, NaN rewards, a truncated shard, bad
+save path, malformed JSONL; two runs into one folder, an inexact resume, a changed model shape or DP
+size at resume, a full disk during a save, wrong key types, a non-ASCII run folder, configs that
+cannot learn, a verifier failing on every row, a tracker with a non-ASCII digit. Per row it prints the
+exit code, the one line the run ended with (or the line it was expected to say), the seconds from
 injection to that line, whether the checkpoint left is loadable and whether a resume from it gives
-metrics identical to an uninterrupted run. Exits 1 if a row hangs, loses data or ends without
-its expected exit code and one error line.
+metrics identical to an uninterrupted run. Exits 1 if a row hangs, loses data or ends without its
+expected exit code and one clear line.
 
     python benchmarks/fault_drill.py [--iters 6] [--wait 180] [--rows sigstop_worker,nan_rewards]
 
 Only processes started by this script are signalled (found under the driver's process tree, by pid).
+The full-disk row mounts a small tmpfs (root only; skipped otherwise).
 """
 import argparse
 import json
@@ -150,11 +154,15 @@ class Run:
         self.log.close()
         return rc, len(left)
 
-    def error_line(self):
+    def error_line(self, has=None):
+        """The first line holding ``has``, else the first ``error:`` (or checkpoint warning) line."""
         for t, name, text in self.lines:
-            if text.startswith("error:") or text.startswith("warning: checkpoint"):
+            if (has in text) if has else (text.startswith("error:") or text.startswith("warning: checkpoint")):
                 return t, text
         return None, ""
+
+    def error_lines(self):
+        return sum(1 for _, _, text in self.lines if text.startswith("error:"))
 
     def traceback(self):
         return any("Traceback" in text for _, _, text in self.lines)
@@ -162,9 +170,9 @@ class Run:
 
 # ------------------------------------------------------------------ run helpers
 
-def train_args(run_dir, iters, *extra, config="configs/grpo_tiny_cpu.yaml", save=True):
+def train_args(run_dir, iters, *extra, config="configs/grpo_tiny_cpu.yaml", save=True, model="tiny_model"):
     args = [sys.executable, "cli/train_grpo.py", "--config", config,
-            "--tiny-model-dir", os.path.join(ROOT, "tiny_model" + ("_text" if "math" in config else "")),
+            "--tiny-model-dir", os.path.join(ROOT, model + ("_text" if "math" in config else "")),
             "--output-dir", os.path.join(run_dir, "out"), f"megatron_training.train_iters={iters}"]
     if save:
         args += [f"megatron_training.save={os.path.join(run_dir, 'ckpt')}", "megatron_training.save_interval=1"]
@@ -310,18 +318,205 @@ def malformed_jsonl(run_dir):
     return run, rc, left, run.t0, "line 7 of a JSONL data file cut (from start)"
 
 
-# name -> (function, expected exit code, leaves a checkpoint to resume from)
+# ------------------------------------------------------------------ rows of issue 28
+# A "custom" row returns (run, exit code, processes left, injection time, what, verdict): the verdict
+# says whether anything was lost and how it was checked.
+
+def _baseline_copy(run_dir):
+    """The baseline's checkpoints and run-folder records, as an interrupted run would have left them."""
+    shutil.copytree(os.path.join(ROOT, "baseline", "ckpt"), os.path.join(run_dir, "ckpt"))
+    os.makedirs(os.path.join(run_dir, "out"))
+    for name in ("metrics.jsonl", "balance.jsonl"):
+        shutil.copy(os.path.join(ROOT, "baseline", "out", name), os.path.join(run_dir, "out"))
+
+
+def _records_text(run_dir):
+    with open(os.path.join(run_dir, "out", "metrics.jsonl"), "rb") as f:
+        return f.read()
+
+
+def _untouched(run_dir, before):
+    """Nothing lost: the run folder's records as they were (no resume marker, nothing dropped) and
+    the checkpoint the tracker names still loadable."""
+    it, damage, _ = checkpoint_state(run_dir)
+    same = _records_text(run_dir) == before
+    return {"lost": not same or damage is not None,
+            "note": f"metrics.jsonl {'unchanged' if same else 'CHANGED'}; checkpoint {it} "
+                    f"{'loadable' if damage is None else damage}", "checkpoint": it, "loadable": damage is None}
+
+
+def two_runs_one_folder(run_dir):
+    """Two runs started together into one --output-dir and one save folder."""
+    args = train_args(run_dir, ARGS.iters)
+    a = Run(args, os.path.join(run_dir, "log_a.txt"))
+    b = Run(args, os.path.join(run_dir, "log_b.txt"))
+    (rca, lefta), (rcb, leftb) = a.finish(ARGS.wait), b.finish(ARGS.wait)
+    refused, rc, ran_rc = (a, rca, rcb) if rca != 0 else (b, rcb, rca)
+    try:
+        ok, why = same_as_baseline(run_dir, BASE, ARGS.iters)
+    except ValueError as err:  # a torn record
+        ok, why = False, str(err)
+    verdict = {"lost": not ok or ran_rc != 0, "note": f"the other run: exit {ran_rc}, {why}"}
+    return refused, rc, lefta + leftb, refused.t0, "two runs started together, same folders", verdict
+
+
+def inexact_resume(run_dir):
+    """Resume under upstream's DAPO settings no_load_optim / no_load_rng: continues, and says what it left."""
+    _baseline_copy(run_dir)
+    ckpt = os.path.join(run_dir, "ckpt")
+    run = Run(train_args(run_dir, ARGS.iters, f"megatron_training.load={ckpt}/iter_0000003",
+                         "megatron_training.no_load_optim=true", "megatron_training.no_load_rng=true"),
+              os.path.join(run_dir, "log.txt"))
+    rc, left = run.finish(ARGS.wait)
+    rows = metrics(run_dir)
+    its = [r["iteration"] for r in rows]
+    differs = [r["iteration"] for r in rows if r["iteration"] > 3 and r["actor/pg_loss"] != BASE[r["iteration"]]["actor/pg_loss"]]
+    verdict = {"lost": its != list(range(1, ARGS.iters + 1)),
+               "note": f"iterations {its[0]}-{its[-1]}; pg_loss differs from the uninterrupted run in iterations "
+                       f"{differs} (as asked)" if its else "no iterations"}
+    return run, rc, left, run.t0, "resume from iteration 3 with no_load_optim, no_load_rng", verdict
+
+
+def _refused_resume(run_dir, what, *extra, model="tiny_model", tracker=None):
+    _baseline_copy(run_dir)
+    if tracker is not None:
+        with open(os.path.join(run_dir, "ckpt", "latest_checkpointed_iteration.txt"), "w", encoding="utf-8") as f:
+            f.write(tracker)
+    before = _records_text(run_dir)
+    run = Run(train_args(run_dir, ARGS.iters, *extra, model=model), os.path.join(run_dir, "log.txt"))
+    rc, left = run.finish(ARGS.wait)
+    if tracker is not None:  # the checkpoint itself is fine: put the tracker back to check it
+        with open(os.path.join(run_dir, "ckpt", "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write(f"{ARGS.iters}\n")
+    return run, rc, left, run.t0, what, _untouched(run_dir, before)
+
+
+def shape_change_resume(run_dir):
+    return _refused_resume(run_dir, "resume with num_layers 2 -> 3 (a matching model folder)",
+                           f"megatron_training.load={os.path.join(run_dir, 'ckpt', 'iter_0000003')}",
+                           "model.tiny_qwen2.num_layers=3", model="tiny_model_3layers")
+
+
+def dp_change_resume(run_dir):
+    return _refused_resume(run_dir, "resume a DP=2 checkpoint with DP=4",
+                           f"megatron_training.load={os.path.join(run_dir, 'ckpt', 'iter_0000003')}",
+                           "rl_config.actor_resource.num_npus=4")
+
+
+def tracker_non_ascii(run_dir):
+    return _refused_resume(run_dir, "tracker holds '\uff13' (a full-width 3)",
+                           f"megatron_training.load={os.path.join(run_dir, 'ckpt')}", tracker="\uff13\n")
+
+
+def disk_full_save(run_dir):
+    """The save folder on a tmpfs with room for one checkpoint: the save of iteration 2 fills it."""
+    if os.geteuid() != 0:
+        raise SkipRow("needs root to mount a size-limited tmpfs")
+    ckpt = os.path.join(run_dir, "ckpt")
+    os.makedirs(ckpt)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1800k", "tmpfs", ckpt], check=True)
+    try:
+        run = Run(train_args(run_dir, ARGS.iters), os.path.join(run_dir, "log.txt"))
+        rc, left = run.finish(ARGS.wait)
+        shutil.copytree(ckpt, ckpt + "_kept")
+    finally:
+        subprocess.run(["umount", ckpt], check=False)
+    os.rmdir(ckpt)
+    os.rename(ckpt + "_kept", ckpt)  # resumed from on a normal disk
+    return run, rc, left, run.t0, "save folder on a 1.8 MB tmpfs (one checkpoint fits)"
+
+
+def _config_run(run_dir, what, *extra, config="configs/grpo_tiny_cpu.yaml", iters=None):
+    os.makedirs(run_dir, exist_ok=True)
+    run = Run(train_args(run_dir, iters or ARGS.iters, *extra, config=config, save=False),
+              os.path.join(run_dir, "log.txt"))
+    rc, left = run.finish(ARGS.wait)
+    return run, rc, left, run.t0, what
+
+
+def wrong_type_override(run_dir):
+    return _config_run(run_dir, "megatron_training.global_batch_size=eight", "megatron_training.global_batch_size=eight")
+
+
+def wrong_type_yaml(run_dir):
+    os.makedirs(run_dir)
+    with open(os.path.join(REPO, "configs", "grpo_tiny_cpu.yaml"), encoding="utf-8") as f:
+        text = f.read().replace("  max_prompt_length: 8", "  max_prompt_length: [8]")
+    bad = os.path.join(run_dir, "bad.yaml")
+    with open(bad, "w", encoding="utf-8") as f:
+        f.write(text)
+    return _config_run(run_dir, "rl_config.max_prompt_length: [8] in the YAML", config=bad)
+
+
+def non_ascii_run_folder(run_dir):
+    """A short --output-dir with non-ASCII characters (Ray's session files would go inside it)."""
+    short = os.path.join(ROOT, "\u8fd0")  # '运': short enough that Ray's files would go under it
+    run = Run(train_args(short, ARGS.iters), os.path.join(run_dir, "log.txt"))
+    rc, left = run.finish(ARGS.wait)
+    ok, why = same_as_baseline(short, BASE, ARGS.iters)
+    return run, rc, left, run.t0, f"--output-dir {short}/out", {"lost": not ok, "note": why}
+
+
+def _cannot_learn(run_dir, what, *extra):
+    dry = subprocess.run([sys.executable, "cli/train_grpo.py", "--config", "configs/grpo_tiny_cpu.yaml", "--dry-run",
+                          *extra], cwd=REPO, capture_output=True, text=True, timeout=ARGS.wait)
+    said = [line for line in dry.stdout.splitlines() if line.startswith("note: nothing can be learned")]
+    run, rc, left, t0, _ = _config_run(run_dir, what, *extra, iters=2)
+    rows = metrics(run_dir)
+    zero = [r.get("advantages/zero_frac") for r in rows]
+    loss = [r.get("actor/pg_loss") for r in rows]
+    ok = bool(said) and rows and all(z == 1.0 for z in zero)
+    return run, rc, left, t0, what, {"lost": not ok, "note": f"--dry-run: {'says it' if said else 'SILENT'}; "
+                                                            f"advantages/zero_frac {zero}, pg_loss {loss}"}
+
+
+def single_sample(run_dir):
+    return _cannot_learn(run_dir, "rl_config.n_samples_per_prompt=1", "rl_config.n_samples_per_prompt=1")
+
+
+def zero_weight(run_dir):
+    return _cannot_learn(run_dir, "rl_config.verifier_weight=[0.0]", "rl_config.verifier_weight=[0.0]")
+
+
+def verifier_raises(run_dir):
+    run, rc, left, t0, what = _config_run(
+        run_dir, "a verifier raising on every row",
+        "rl_config.verifier_function=[benchmarks.drill_verifiers:always_raises]",
+        f"megatron_training.save={os.path.join(run_dir, 'ckpt')}", "megatron_training.save_interval=1")
+    it = checkpoint_state(run_dir)[0]
+    return run, rc, left, t0, what, {"lost": it is not None,
+                                     "note": "no checkpoint written from it" if it is None else f"saved {it}"}
+
+
+class SkipRow(Exception):
+    """The row cannot run here (said in the table)."""
+
+
+# name -> (function, expected exit code, kind, text the one line must hold); kind: "resumable" (leaves a
+# checkpoint to resume from), "custom" (the function's own verdict), "none", or the rows named in main()
 ROWS = {
     "sigstop_worker": (signal_row("sigstop_worker", "ray::IntegratedWorker", signal.SIGSTOP,
-                                  extra=("rl_config.stage_timeout=20",)), 1, True),
-    "sigkill_worker": (signal_row("sigkill_worker", "ray::IntegratedWorker", signal.SIGKILL), 1, True),
-    "sigterm_driver": (signal_row("sigterm_driver", "driver", signal.SIGTERM), 143, True),
-    "sigint_driver": (signal_row("sigint_driver", "driver", signal.SIGINT), 130, True),
-    "sigkill_driver_save": (kill_driver_during_save, -9, True),
-    "nan_rewards": (nan_rewards, 1, False),
-    "truncated_shard": (truncated_shard, 0, False),
-    "save_under_file": (save_under_file, 2, False),
-    "malformed_jsonl": (malformed_jsonl, 2, False),
+                                  extra=("rl_config.stage_timeout=20",)), 1, "resumable", None),
+    "sigkill_worker": (signal_row("sigkill_worker", "ray::IntegratedWorker", signal.SIGKILL), 1, "resumable", None),
+    "sigterm_driver": (signal_row("sigterm_driver", "driver", signal.SIGTERM), 143, "resumable", None),
+    "sigint_driver": (signal_row("sigint_driver", "driver", signal.SIGINT), 130, "resumable", None),
+    "sigkill_driver_save": (kill_driver_during_save, -9, "resumable", None),
+    "nan_rewards": (nan_rewards, 1, "nan", None),
+    "truncated_shard": (truncated_shard, 0, "truncated", None),
+    "save_under_file": (save_under_file, 2, "none", None),
+    "malformed_jsonl": (malformed_jsonl, 2, "none", None),
+    "two_runs_one_folder": (two_runs_one_folder, 2, "custom", "is in use by another run"),
+    "inexact_resume": (inexact_resume, 0, "custom", "left behind: optimizer state"),
+    "shape_change_resume": (shape_change_resume, 1, "custom", "Missing key in checkpoint state_dict"),
+    "dp_change_resume": (dp_change_resume, 2, "custom", "holds RNG state for 2 rank(s), this run has 4"),
+    "disk_full_save": (disk_full_save, 1, "resumable", "No space left on device"),
+    "wrong_type_override": (wrong_type_override, 2, "none", "megatron_training.global_batch_size expects int"),
+    "wrong_type_yaml": (wrong_type_yaml, 2, "none", "rl_config.max_prompt_length expects int, got [8]"),
+    "non_ascii_run_folder": (non_ascii_run_folder, 0, "custom", "note: Ray's session files go to"),
+    "single_sample": (single_sample, 0, "custom", "warning: nothing can be learned"),
+    "zero_weight": (zero_weight, 0, "custom", "warning: nothing can be learned"),
+    "verifier_raises": (verifier_raises, 1, "custom", "the rewards failed on every row"),
+    "tracker_non_ascii": (tracker_non_ascii, 2, "custom", "should hold an iteration number in ASCII digits"),
 }
 
 
@@ -346,19 +541,26 @@ def main():
         return 1
     print(f"baseline: {ARGS.iters} iterations, exit 0, {left} processes left after exit", flush=True)
 
+    global BASE
+    BASE = base
     table, bad = [], False
     for name in ARGS.rows.split(","):
-        fn, expect_rc, resumable = ROWS[name]
+        fn, expect_rc, kind, has = ROWS[name]
         run_dir = os.path.join(ROOT, name)
         try:
-            run, rc, left, injected, what = fn(run_dir)
+            run, rc, left, injected, what, *verdict = fn(run_dir)
+        except SkipRow as why:
+            table.append({"fault": name, "line": f"skipped: {why}", "exit": None, "seconds": None,
+                          "checkpoint": None, "loadable": None, "hang": False, "lost": False, "verdict": "skipped"})
+            print(json.dumps(table[-1]), flush=True)
+            continue
         except Exception as err:  # noqa: BLE001  (a broken row is reported, the others still run)
             table.append({"fault": name, "line": f"drill error: {err!r}", "exit": None, "seconds": None,
                           "checkpoint": None, "loadable": None, "hang": False, "lost": True})
             print(json.dumps(table[-1]), flush=True)
             bad = True
             continue
-        t_err, line = run.error_line()
+        t_err, line = run.error_line(has)
         secs = None if (t_err is None or injected is None) else round(t_err - injected, 1)
         row = {"fault": name, "injected": what, "exit": rc, "expected_exit": expect_rc, "line": line,
                "seconds": secs, "traceback": run.traceback(), "left_processes": left,
@@ -368,14 +570,17 @@ def main():
         row["checkpoint"] = it
         row["loadable"] = (damage is None) if it is not None else None
         row["stray_tmp"] = stray
-        if name == "nan_rewards":
+        if kind == "custom":
+            row.update(verdict[0])
+            lost = row["lost"]
+        elif kind == "nan":
             row["loadable"] = "none written" if it is None else f"iteration {it} written from NaN state"
             lost = it is not None
-        elif name == "truncated_shard":
+        elif kind == "truncated":
             ok, why = same_as_baseline(run_dir, base, ARGS.iters)
             row["resume_identical"], row["resume_note"] = ok, why
             lost = not ok
-        elif resumable:
+        elif kind == "resumable":
             said = last_saved(run)
             row["last_saved_said"] = said
             # lost: the tracker is behind a save the run reported, or names a damaged folder
@@ -392,20 +597,24 @@ def main():
         else:
             lost = False
         row["hang"], row["lost"] = hang, lost
-        # a clear message: the expected exit code, one error line (none can come from a SIGKILLed driver)
+        # a clear message: the expected exit code, one line (with the expected text), no traceback
+        # (none can come from a SIGKILLed driver)
         row["as_expected"] = (rc == expect_rc and bool(line or name == "sigkill_driver_save")
-                              and not row["traceback"])
+                              and not row["traceback"] and run.error_lines() <= 1)
+        row["verdict"] = ("nothing lost, one clear line, no hang" if row["as_expected"] and not lost and not hang
+                          else "FAIL: " + ", ".join(w for w, b in (("lost", lost), ("hang", hang),
+                                                                     ("unclear", not row["as_expected"])) if b))
         bad = bad or hang or lost or not row["as_expected"]
         table.append(row)
         print(json.dumps(row), flush=True)
 
-    print("\n| fault | exit | error line | s to message | checkpoint | loadable | resume identical | "
-          "processes left 5 s after exit | stray temp folders |")
+    print("\n| fault | exit | line | s to message | checkpoint | loadable | resume identical / check | "
+          "processes left 5 s after exit | verdict |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in table:
-        print(f"| {r['fault']} | {r['exit']} | {r['line'][:160]} | {r['seconds']} | {r['checkpoint']} | "
-              f"{r['loadable']} | {r.get('resume_identical', 'n/a')} | {r.get('left_names')} | "
-              f"{r.get('stray_tmp')} |")
+        check = r.get("resume_identical", r.get("note", "n/a"))
+        print(f"| {r['fault']} | {r['exit']} | {r['line'][:200]} | {r['seconds']} | {r['checkpoint']} | "
+              f"{r['loadable']} | {check} | {r.get('left_names')} | {r.get('verdict')} |")
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump(table, f, indent=1)
@@ -413,6 +622,6 @@ def main():
     return 1 if bad else 0
 
 
-ARGS = ROOT = None
+ARGS = ROOT = BASE = None
 if __name__ == "__main__":
     sys.exit(main())

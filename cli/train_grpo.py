@@ -73,13 +73,28 @@ def _check_save_folder(save: str) -> None:
         raise ValueError(f"megatron_training.save={save!r} is not a writable folder: {why}") from None
 
 
+def _built_with_warnings(config: str, overrides: List[str]):
+    """``build_configs``; each config warning printed as one line ``warning: ...``."""
+    import warnings
+
+    from mindspeed_rl.config_cls.loader import build_configs, load_config
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfgs = build_configs(load_config(config, overrides))
+    for w in caught:
+        if issubclass(w.category, UserWarning):
+            print(f"warning: {' '.join(str(w.message).split())}", flush=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return cfgs
+
+
 def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo",
         tiny_model_dir: str = None) -> List[Dict[str, float]]:
     """Run training; returns the per-iteration metrics."""
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from mindspeed_rl.config_cls.loader import build_configs, load_config
     from mindspeed_rl.config_cls.model_arch import check_against_checkpoint, hf_config_kwargs
     from mindspeed_rl.datasets.options import data_options
     from mindspeed_rl.datasets.prompt_dataset import prompt_batches
@@ -89,7 +104,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     overrides = list(overrides)
     if tiny_model_dir:
         overrides.append(f"megatron_training.model_path={os.path.abspath(tiny_model_dir)}")
-    cfgs = build_configs(load_config(config, overrides))
+    cfgs = _built_with_warnings(config, overrides)
     actor, rl, gen = cfgs.actor_config, cfgs.rl_config, cfgs.generate_config
     if tiny_model_dir and not os.path.exists(os.path.join(tiny_model_dir, "config.json")):
         build_tiny_checkpoint(tiny_model_dir, seed=0, **hf_config_kwargs(actor))
@@ -97,18 +112,23 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     check_against_checkpoint(actor, actor.model_path)
     tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path,
                                               trust_remote_code=gen.trust_remote_code)
-    from mindspeed_rl.utils.checkpoint import resume_state
+    from mindspeed_rl.utils.checkpoint import check_resumable, resume_state
     checkpoint = _checkpoint(actor)
+    if checkpoint is not None and not actor.finetune:  # what the resume asks for is there, before Ray
+        check_resumable(checkpoint[0], not actor.no_load_optim, not actor.no_load_rng, cfgs.plan.layout.world_size)
     state = resume_state(checkpoint, weights_only=actor.finetune)
     _check_save_folder(actor.save)
     from mindspeed_rl.utils.loggers import check_run_folder
-    check_run_folder(output_dir, state["iteration"])  # a fresh run never appends to another run's metrics
-    data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer,
-                          start=state["data_position"], **data_options(actor, rl))
-    data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
-    print(cfgs.plan.worker.rollout.describe())
-    print(f"run plan: {cfgs.plan.summary()}")
-    return _train(cfgs, tokenizer, data, checkpoint, state, output_dir)
+    from mindspeed_rl.utils.run_lock import RunLocks
+    # this run owns its run folder and save folder until it ends (a second run stops here, before Ray)
+    with RunLocks([("--output-dir", output_dir), ("megatron_training.save", actor.save)]):
+        check_run_folder(output_dir, state["iteration"])  # a fresh run never appends to another run's metrics
+        data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer,
+                              start=state["data_position"], **data_options(actor, rl))
+        data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
+        print(cfgs.plan.worker.rollout.describe())
+        print(f"run plan: {cfgs.plan.summary()}")
+        return _train(cfgs, tokenizer, data, checkpoint, state, output_dir)
 
 
 def trainer_class(stage):
@@ -165,6 +185,7 @@ def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
             state = Checkpointer(actor.load, load_workers=load_workers).restore(
                 checkpoint, weights_only=actor.finetune, with_optimizer=not actor.no_load_optim,
                 with_rng=not actor.no_load_rng)
+        logger.start()  # a resumed run's records are cut and marked only once its checkpoint loaded
         extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]
         trainer = trainer_class(actor.stage)(
             actor_worker=group, critic_worker=groups.get("critic"), reward_list=[reward],
@@ -173,7 +194,8 @@ def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
             kl_horizon=rl.kl_horizon, kl_target=rl.kl_target, init_kl_coef=rl.init_kl_coef,
             dataset_additional_keys=extra_keys, max_prompt_length=rl.max_prompt_length,
             save_optimizer=not actor.no_save_optim, save_rng=not actor.no_save_rng,
-            data_position=state["data_position"])
+            data_position=state["data_position"], max_nonfinite_iterations=rl.max_nonfinite_iterations,
+            max_failed_reward_iterations=rl.max_failed_reward_iterations)
         history = trainer.fit(data, start_iteration=state["iteration"], kl_coef=state.get("kl_coef"))
         if actor.save:
             export = os.path.join(actor.save, "hf")

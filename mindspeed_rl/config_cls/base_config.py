@@ -2,13 +2,23 @@
 
 A subclass declares every accepted key as an instance attribute in its
 ``__init__``; the value assigned there is the default and also fixes the type
-that later values must have. ``update`` refuses keys that were not declared and
-values whose type does not match the default.
+that later values must have (a None default: the types in key_types.py).
+``update`` refuses keys that were not declared and values whose type does not
+match.
 """
 from collections.abc import Mapping
 
+from mindspeed_rl.config_cls.key_types import section_of, unset_types
 
-def _expected_name(default):
+
+def _type_name(t) -> str:
+    return {bool: "bool", int: "int", float: "float (or int)", dict: "dict"}.get(t, t.__name__)
+
+
+def _expected_name(default, types=None) -> str:
+    if default is None:
+        names = [_type_name(t) for t in types]
+        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
     if isinstance(default, bool):
         return "bool"
     if isinstance(default, int):
@@ -20,31 +30,40 @@ def _expected_name(default):
     return type(default).__name__
 
 
-def check_type(owner, key, default, value):
-    """Return ``value`` if it fits the type of ``default``, else raise TypeError.
+def _fits(t, value):
+    """``value`` as type ``t`` (ints widened for float), or None when it does not fit."""
+    if t is bool:
+        return value if isinstance(value, bool) else None
+    if t is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if t is float:
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if t is dict:
+        return value if isinstance(value, Mapping) else None
+    return value if isinstance(value, t) else None
 
-    Ints given for a float key are widened to float. A default of None
-    accepts any value.
+
+def check_type(owner, key, default, value, types=None):
+    """Return ``value`` if it fits the type of ``default``, else raise TypeError naming ``section.key``
+    (``owner`` is a config class, named by its section, or a section name), the expected type and the value.
+
+    Ints given for a float key are widened to float. A default of None takes None or one of
+    ``types`` (default: key_types' entry of ``owner``; no entry: any value).
     """
     if default is None:
-        return value
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok:
-            value = float(value)
-    elif isinstance(default, Mapping):
-        ok = isinstance(value, Mapping)
+        types = types or unset_types(owner, key)
+        if value is None or not types:
+            return value
+        wanted = types
     else:
-        ok = isinstance(value, type(default))
-    if not ok:
-        raise TypeError(
-            f"{owner}: key '{key}' expects {_expected_name(default)}, "
-            f"got {value!r} of type {type(value).__name__}")
-    return value
+        wanted = (bool,) if isinstance(default, bool) else (int,) if isinstance(default, int) else \
+            (float,) if isinstance(default, float) else (dict,) if isinstance(default, Mapping) else (type(default),)
+    for t in wanted:
+        fitted = _fits(t, value)
+        if fitted is not None:
+            return fitted
+    raise TypeError(f"{section_of(owner)}.{key} expects {_expected_name(default, types)}, "
+                    f"got {value!r} ({type(value).__name__})")
 
 
 def merge_sub_dict(owner, key, current, given, allowed):
@@ -54,8 +73,7 @@ def merge_sub_dict(owner, key, current, given, allowed):
     type check). Unknown sub-keys raise ValueError naming ``key.sub``.
     """
     if not isinstance(given, Mapping):
-        raise TypeError(f"{owner}: key '{key}' expects dict, got {given!r} "
-                        f"of type {type(given).__name__}")
+        raise TypeError(f"{section_of(owner)}.{key} expects dict, got {given!r} ({type(given).__name__})")
     merged = dict(current or {})
     for sub, value in given.items():
         sub = str(sub).replace("-", "_")

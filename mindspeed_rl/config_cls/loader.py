@@ -24,7 +24,10 @@ from pathlib import Path
 
 import yaml
 
+from mindspeed_rl.config_cls.base_config import check_type
 from mindspeed_rl.config_cls.generate_config import GenerateConfig
+from mindspeed_rl.config_cls.key_types import unset_types
+from mindspeed_rl.config_cls.learning_signal import zero_advantage_reasons
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
 from mindspeed_rl.config_cls.model_arch import check_fixed
 from mindspeed_rl.config_cls.rl_config import RLConfig
@@ -216,6 +219,7 @@ def build_configs(cfg):
     models = section("model")
     training = section("megatron_training")
     _check_section_keys(cfg)
+    check_section_types(cfg)
     rl_config = RLConfig(section("rl_config"))
     actor_config = MegatronConfig({**training, **section("actor_config")}, models)
     if rl_config.use_integrated_worker:
@@ -248,6 +252,8 @@ def build_configs(cfg):
     if critic_config is not None:
         _critic_weights(critic_config, actor_config)
     _check_verifiers(rl_config)
+    for reason in zero_advantage_reasons(rl_config):
+        warnings.warn(f"nothing can be learned: {reason}", UserWarning, stacklevel=2)
     check_rl_args(actor_config, rl_config, generate_config)
     plan = build_run_plan(actor_config, rl_config, generate_config, critic_config)
     write_derived(plan, rl_config, generate_config)
@@ -394,3 +400,29 @@ def _check_section_keys(cfg):
         for key in body or {}:
             if str(key).replace("-", "_") not in model_keys:
                 raise _unknown(f"model {model}", key, model_keys)
+
+
+def check_section_types(cfg):
+    """Every value of every section (and model) has its key's type, checked before any value is
+    compared or used: one rule for all sections (base_config.check_type), errors name ``section.key``."""
+    from mindspeed_rl.config_cls.generate_config import SAMPLING_DEFAULTS
+    classes = {**dict.fromkeys(ROLE_SECTIONS, MegatronConfig), "rl_config": RLConfig,
+               "generate_config": GenerateConfig}
+    defaults = {cls: cls()._declared_defaults() for cls in set(classes.values())}
+    bodies = [(name, cls, cfg.get(name)) for name, cls in classes.items()]
+    bodies += [(f"model.{model}", MegatronConfig, body) for model, body in (cfg.get("model") or {}).items()]
+    for where, cls, body in bodies:
+        if not isinstance(body, Mapping):
+            continue
+        for key, value in body.items():
+            name = str(key).replace("-", "_")
+            if name == "model" or name not in defaults[cls]:
+                continue
+            if cls is GenerateConfig and name == "sampling_config" and isinstance(value, Mapping):
+                for sub, sub_value in value.items():
+                    sub = str(sub).replace("-", "_")
+                    if sub in SAMPLING_DEFAULTS:
+                        check_type(where, f"{name}.{sub}", SAMPLING_DEFAULTS[sub], sub_value,
+                                   unset_types(cls.__name__, f"{name}.{sub}"))
+                continue
+            check_type(where, name, defaults[cls][name], value, unset_types(cls.__name__, name))

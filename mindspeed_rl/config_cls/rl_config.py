@@ -122,6 +122,9 @@ class RLConfig(BaseConfig):
     max_nonfinite_iterations (3): stop after this many iterations in a row
         with a non-finite reward, loss or grad norm (their optimizer steps are
         skipped, nothing is saved from them); 0: never stop.
+    max_failed_reward_iterations (1): stop after this many iterations in a row in
+        which a verifier (of non-zero weight) raised or timed out on every row,
+        before training on those zero rewards; 0: never stop (the rows score 0).
     seed (1234): seed of the RL-side random generators.
     """
 
@@ -228,6 +231,7 @@ class RLConfig(BaseConfig):
         self.stage_timeout = None
         self.placement_strategy = "auto"
         self.max_nonfinite_iterations = 3
+        self.max_failed_reward_iterations = 1
         self.seed = 1234
 
         self.update(config_dict)
@@ -250,6 +254,9 @@ class RLConfig(BaseConfig):
                 or self.max_nonfinite_iterations < 0:
             raise ValueError(f"rl_config.max_nonfinite_iterations must be an int >= 0, "
                              f"got {self.max_nonfinite_iterations!r}")
+        if self.max_failed_reward_iterations < 0:
+            raise ValueError(f"rl_config.max_failed_reward_iterations must be an int >= 0, "
+                             f"got {self.max_failed_reward_iterations!r}")
         if self.stage_timeout is not None and (isinstance(self.stage_timeout, bool) or not isinstance(
                 self.stage_timeout, (int, float)) or self.stage_timeout <= 0):
             raise ValueError(f"rl_config.stage_timeout must be a number of seconds > 0 (or null), "

@@ -89,6 +89,8 @@ class RuleReward:
     reward is sum(weight_i * score_i) (upstream's ``verifier_weight``).
     ``last_metrics``: ``reward/<name>/mean``, ``reward/<name>/timeouts`` and
     ``reward/<name>/errors`` (text verifiers), and a count per other outcome.
+    ``last_failures``: per text verifier, the rows it scored, how many raised or timed
+    out, and the first error as raised (trainer/utils/reward_guard.py reads it).
     """
 
     def __init__(self, verifier_function: List[str], verifier_weight: List[float], eos_id: int,
@@ -124,6 +126,7 @@ class RuleReward:
         metrics = {}
         texts = None
         self.last_scores: Dict[str, torch.Tensor] = {}  # each verifier's own scores (DAPO's filter metric)
+        self.last_failures: Dict[str, dict] = {}  # text verifiers: rows that raised or timed out, first error
         for name, weight in zip(self.verifier_function, self.verifier_weight):
             if name in VERIFIERS:
                 scores = [VERIFIERS[name](r, l, self.eos_id) for r, l in zip(responses, labels)]
@@ -135,6 +138,10 @@ class RuleReward:
                 # stable keys for the console: timeouts and errors are always there
                 metrics[f"reward/{name}/timeouts"] = float(outcomes.pop("timeout", 0))
                 metrics[f"reward/{name}/errors"] = float(outcomes.pop("error", 0))
+                self.last_failures[name] = {"rows": len(responses), "weight": weight,
+                                            "errors": int(metrics[f"reward/{name}/errors"]),
+                                            "timeouts": int(metrics[f"reward/{name}/timeouts"]),
+                                            "first_error": self.pool.first_error}
                 metrics.update({f"reward/{name}/{k}": float(v) for k, v in outcomes.items()})
             scores = torch.tensor(scores, dtype=torch.float32)
             metrics[f"reward/{name}/mean"] = float(scores.mean()) if len(scores) else 0.0

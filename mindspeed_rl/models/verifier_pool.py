@@ -81,7 +81,8 @@ def _run_one(path: str, response: str, label: str, timeout: float) -> Tuple[floa
     except _Timeout:
         return 0.0, "timeout"
     except Exception as err:  # a crashing verification scores 0
-        return (0.0, "timeout") if _STATE["fired"] else (0.0, f"error: {type(err).__name__}")
+        text = " ".join(f"{type(err).__name__}: {err}".split())[:200]
+        return (0.0, "timeout") if _STATE["fired"] else (0.0, f"error: {text}")
     if _STATE["fired"]:  # the timer fired and the verifier caught it anyway: its answer does not count
         return 0.0, "timeout"
     score, outcome = out if isinstance(out, tuple) else (out, "ok")
@@ -102,6 +103,7 @@ class VerifierPool:
         self.processes, self.timeout = int(processes), float(timeout)
         self.warm, self.startup_timeout = tuple(warm), float(startup_timeout)
         self._pool = None
+        self.first_error = None
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -127,12 +129,15 @@ class VerifierPool:
         rounds = math.ceil(len(futures) / self.processes) if futures else 0
         done, _ = wait(futures, timeout=(self.timeout + 1.0) * rounds + 120.0)
         scores, outcomes = [], Counter()
+        self.first_error = None  # the first row's error of this call, as the verifier raised it
         for future in futures:
             if future in done and future.exception() is None:
                 score, outcome = future.result()
             else:
                 score, outcome = 0.0, "timeout" if future not in done else "error: worker died"
             scores.append(score)
+            if outcome.startswith("error") and self.first_error is None:
+                self.first_error = outcome[len("error: "):] or "error"
             outcomes["error" if outcome.startswith("error") else outcome] += 1
         if len(done) < len(futures) or any(f.exception() is not None for f in done):
             self.close(kill=True)  # stuck or broken workers: a fresh pool next time

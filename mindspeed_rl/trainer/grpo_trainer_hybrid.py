@@ -14,6 +14,7 @@ from mindspeed_rl.trainer.base import RayBaseTrainer
 from mindspeed_rl.trainer.stage_runner import StageRunner
 from mindspeed_rl.trainer.utils import ppo_stages
 from mindspeed_rl.trainer.utils.compute_utils import compute_group_advantages, compute_rewards
+from mindspeed_rl.trainer.utils.reward_guard import RewardGuard
 from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
 from mindspeed_rl.utils.checkpoint import Checkpointer
 from mindspeed_rl.utils.loggers import MetricsLogger
@@ -99,11 +100,12 @@ def verifier_fault_lines(iteration: int, metrics: Dict[str, float]) -> List[str]
 class RayGRPOTrainer(RayBaseTrainer):
     def __init__(self, actor_worker, ref_worker=None, reward_list=None, logger: MetricsLogger = None,
                  train_iters: int = None, max_prompt_length: int = None, max_nonfinite_iterations: int = 3,
-                 **kwargs):
+                 max_failed_reward_iterations: int = 1, **kwargs):
         # data_position: prompt batches taken from the data iterator so far (None: one per iteration)
         self.data_position = kwargs.pop("data_position", None)
         super().__init__(actor_worker, ref_worker or actor_worker, reward_list, **kwargs)
         self.max_nonfinite_iterations = max_nonfinite_iterations
+        self.reward_guard, self.iteration = RewardGuard(max_failed_reward_iterations), 0
         self.last_saved = None
         self.logger = logger or MetricsLogger()
         self.train_iters = train_iters if train_iters is not None else self.run_plan.train_iters
@@ -174,6 +176,7 @@ class RayGRPOTrainer(RayBaseTrainer):
         return self._finish_step(iteration, metrics, results, start)
 
     def _took_batch(self, iteration: int):
+        self.iteration = iteration
         if self.data_position is None:
             self.data_position = iteration - 1
         self.data_position += 1
@@ -214,12 +217,16 @@ class RayGRPOTrainer(RayBaseTrainer):
     def compute_rewards(self, stage) -> Dict[str, float]:
         """Rule rewards (and DAPO's overlong penalty, filter metric) and data metrics of the round."""
         plan = self.run_plan
-        return compute_rewards(self.transfer_dock, stage, self.reward_list, overlong=plan.overlong,
-                               filter_metric=plan.group_filter.metric if plan.group_filter else None)
+        metrics = compute_rewards(self.transfer_dock, stage, self.reward_list, overlong=plan.overlong,
+                                  filter_metric=plan.group_filter.metric if plan.group_filter else None)
+        self.reward_guard.check(self.iteration, self.reward_list)  # stops before training on failed rewards
+        return metrics
 
     def compute_advantage(self, stage) -> Dict[str, float]:
         """GRPO/DAPO: group-normalised advantages."""
-        return compute_group_advantages(self.transfer_dock, stage, self.run_plan.n_samples)
+        metrics = compute_group_advantages(self.transfer_dock, stage, self.run_plan.n_samples)
+        self.reward_guard.check_advantages(self.iteration, metrics)  # says when every advantage is 0
+        return metrics
 
     def compute_kl_rewards(self, stage) -> Dict[str, float]:
         """PPO use_kl_in_reward: per-token rewards less kl_coef * KL(old || ref)."""

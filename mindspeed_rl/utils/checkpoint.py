@@ -93,10 +93,20 @@ def restore_rng(state: dict, device: torch.device) -> None:
         accel.set_rng_state(state[device.type], device)
 
 
+def ascii_int(text: str) -> Optional[int]:
+    """``text`` as a non-negative int when it is ASCII digits only, else None ('３' and '²' are digits
+    to ``str.isdigit`` but not iteration numbers written by any save)."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _iter_number(name: str) -> Optional[int]:
+    return ascii_int(name[5:]) if name.startswith("iter_") else None
+
+
 def is_checkpoint(path: str) -> bool:
     """A save root with a tracker, or one iteration folder (else: plain HF weights)."""
     name = os.path.basename(os.path.normpath(path))
-    return os.path.isfile(os.path.join(path, TRACKER)) or (name.startswith("iter_") and name[5:].isdigit())
+    return os.path.isfile(os.path.join(path, TRACKER)) or _iter_number(name) is not None
 
 
 def _named(load: str) -> Tuple[str, int]:
@@ -104,17 +114,22 @@ def _named(load: str) -> Tuple[str, int]:
     if not os.path.isdir(load):
         raise CheckpointError(f"checkpoint folder {load!r} does not exist")
     name = os.path.basename(os.path.normpath(load))
-    if name.startswith("iter_") and name[5:].isdigit():
-        return load, int(name[5:])
+    if _iter_number(name) is not None:
+        return load, _iter_number(name)
     tracker = os.path.join(load, TRACKER)
     if not os.path.isfile(tracker):
         raise CheckpointError(f"checkpoint folder {load!r} has no {TRACKER} (nothing was saved there, "
                               f"or name an iter_XXXXXXX folder)")
-    with open(tracker, "rb") as f:
-        text = f.read().decode("utf-8", "replace").strip()
-    if not text.isdigit():
-        raise CheckpointError(f"{tracker} should hold an iteration number, holds {text!r}")
-    return iteration_dir(load, int(text)), int(text)
+    try:
+        with open(tracker, "rb") as f:
+            text = f.read().decode("utf-8", "replace").strip()
+    except OSError as err:
+        raise CheckpointError(f"checkpoint tracker {tracker} cannot be read: {err.strerror or err}") from None
+    iteration = ascii_int(text)
+    if iteration is None:
+        raise CheckpointError(f"checkpoint tracker {tracker} should hold an iteration number in ASCII digits, "
+                              f"holds {text[:40]!r}")
+    return iteration_dir(load, iteration), iteration
 
 
 def find(load: str, weights_only: bool = False, deep: bool = True) -> Tuple[str, int]:
@@ -191,7 +206,7 @@ def incomplete(folder: str):
 
 
 def _iterations(root: str):
-    return sorted(int(n[5:]) for n in os.listdir(root) if n.startswith("iter_") and n[5:].isdigit())
+    return sorted(i for i in map(_iter_number, os.listdir(root)) if i is not None)
 
 
 def read_state(folder: str) -> dict:
@@ -249,6 +264,48 @@ def resume_state(found: Optional[Tuple[str, int]], weights_only: bool = False) -
             "data_position": int(state.get("data_position", iteration))}
 
 
+def resume_line(folder: str, iteration: int, weights_only: bool, with_optimizer: bool, with_rng: bool) -> str:
+    """One line: what a load restored and what it left behind, and the key that left it."""
+    if weights_only:
+        return (f"loaded the weights of {folder} (iteration {iteration}) and started at iteration 0; left behind "
+                f"(megatron_training.finetune: true): optimizer state, RNG state, iteration, KL coefficient and "
+                f"data position")
+    restored = ["weights"] + (["optimizer state"] if with_optimizer else []) + (["RNG state"] if with_rng else [])
+    left = ([] if with_optimizer else ["optimizer state (megatron_training.no_load_optim: true)"]) + \
+        ([] if with_rng else ["RNG state (megatron_training.no_load_rng: true)"])
+    line = (f"resumed from {folder} at iteration {iteration}: restored {', '.join(restored)}, KL coefficient "
+            f"and data position")
+    if left:
+        line += f"; left behind: {', '.join(left)}: the run does not continue exactly as an uninterrupted one"
+    return line
+
+
+def check_resumable(folder: str, with_optimizer: bool, with_rng: bool, world_size: int) -> None:
+    """Before any worker starts: the parts a resume asks for are in ``folder`` (optimizer state
+    unless ``no_load_optim``; an RNG file per rank unless ``no_load_rng``). Raises CheckpointError
+    naming what is missing and the key that does without it."""
+    if with_optimizer:
+        from torch.distributed.checkpoint import FileSystemReader
+        try:
+            keys = FileSystemReader(os.path.join(folder, DCP_DIR)).read_metadata().state_dict_metadata
+        except Exception as err:  # noqa: BLE001  (damage() names a damaged file first)
+            raise CheckpointError(f"{os.path.join(folder, DCP_DIR, '.metadata')} is not readable "
+                                  f"({type(err).__name__})") from None
+        if not any(str(k).startswith("optim.") for k in keys):
+            raise CheckpointError(f"checkpoint {folder!r} holds no optimizer state (saved with no_save_optim: "
+                                  f"true?); set megatron_training.no_load_optim: true to resume with a fresh "
+                                  f"optimizer")
+    if with_rng:
+        have = sorted(n for n in (os.listdir(os.path.join(folder, "rng"))
+                                  if os.path.isdir(os.path.join(folder, "rng")) else []) if n.endswith(".pt"))
+        missing = [k for k in range(world_size) if f"rank{k}.pt" not in have]
+        if missing:
+            raise CheckpointError(
+                f"checkpoint {folder!r} holds RNG state for {len(have)} rank(s), this run has {world_size} "
+                f"(no state for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}); "
+                f"set megatron_training.no_load_rng: true to resume with fresh random streams")
+
+
 class Checkpointer:
     """Every stateful part of a run, one folder per iteration: the workers'
     sharded state and RNG streams (``save_workers(folder)`` /
@@ -270,10 +327,9 @@ class Checkpointer:
         state = resume_state(found, weights_only)
         if weights_only:
             self.load_workers(folder, 0, False, False)
-            print(f"loaded weights of {folder} (finetune: iteration 0)", flush=True)
         else:
             self.load_workers(folder, iteration, with_optimizer, with_rng)
-            print(f"resumed from {folder} at iteration {iteration}", flush=True)
+        print(resume_line(folder, iteration, weights_only, with_optimizer, with_rng), flush=True)
         return state
 
     def save(self, iteration: int, state: dict) -> str:

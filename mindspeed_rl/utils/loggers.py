@@ -4,7 +4,9 @@ Loggers: upstream's named console logger.
 A run folder belongs to one run: a fresh run stops (``check_run_folder``) when
 the folder already holds another run's records; a run resumed from iteration N
 keeps the records up to N, drops later ones and writes one marker line
-``{"event": "resume", "from_iteration": N, ...}`` (it has no ``iteration`` key)."""
+``{"event": "resume", "from_iteration": N, ...}`` (it has no ``iteration`` key) once its checkpoint
+has loaded. Each record is appended whole (one write on an append-only descriptor); the run lock
+(utils/run_lock.py) keeps a second run out of the folder."""
 import json
 import logging
 import os
@@ -66,59 +68,91 @@ def _keep_until(path: str, iteration: int) -> List[int]:
     return sorted({r["iteration"] for r, drop in zip(records, late) if drop and "iteration" in r})
 
 
+class _Records:
+    """A JSONL file written one whole batch of records per ``os.write`` on an ``O_APPEND`` descriptor:
+    two writers never interleave bytes inside a record."""
+
+    def __init__(self, path: str, fresh: bool):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if fresh else 0)
+        self.fd = os.open(path, flags, 0o644)
+
+    def write(self, records: List[dict]) -> None:
+        data = memoryview("".join(json.dumps(r) + "\n" for r in records).encode("utf-8"))
+        while data:  # a regular file takes it in one call; a short write (disk full) goes on from there
+            data = data[os.write(self.fd, data):]
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 class MetricsLogger:
     def __init__(self, output_dir: Optional[str] = None, use_tensorboard: bool = False,
                  resume_from: Optional[int] = None, checkpoint: Optional[str] = None):
         """``resume_from``: the iteration a resumed run starts after (None or 0: a fresh run, which
-        refuses a folder holding another run's records); ``checkpoint`` goes into the resume marker."""
+        refuses a folder holding another run's records); ``checkpoint`` goes into the resume marker.
+        A resumed run touches nothing (no dropped records, no marker) until ``start`` is called
+        once its checkpoint has loaded (or its first record is logged)."""
         self.jsonl = None
         self.balance = None
         self.tensorboard = None
+        self.output_dir, self.use_tensorboard = output_dir, use_tensorboard
+        self.resume_from, self.checkpoint = resume_from, checkpoint
+        self.started = False
         if output_dir:
             check_run_folder(output_dir, resume_from)
             os.makedirs(output_dir, exist_ok=True)
-            self.jsonl = self._open(os.path.join(output_dir, METRICS_FILE), resume_from, checkpoint)
-            self.balance = self._open(os.path.join(output_dir, BALANCE_FILE), resume_from, checkpoint)
-            if use_tensorboard:
-                try:
-                    from torch.utils.tensorboard import SummaryWriter
-                    # purge_step: events after the resume point are dropped, as in the JSONL files
-                    self.tensorboard = SummaryWriter(os.path.join(output_dir, "tensorboard"),
-                                                     purge_step=resume_from + 1 if resume_from else None)
-                except ImportError:
-                    print("tensorboard is not installed (pip install tensorboard); metrics go to stdout and "
-                          "JSONL only")
-
-    @staticmethod
-    def _open(path: str, resume_from: Optional[int], checkpoint: Optional[str]):
         if not resume_from:
-            return open(path, "w", encoding="utf-8")
+            self.start()
+
+    def start(self) -> None:
+        """Open the files: a fresh run's empty, a resumed run's cut at the resume point and marked."""
+        if self.started:
+            return
+        self.started = True
+        if not self.output_dir:
+            return
+        self.jsonl = self._open(os.path.join(self.output_dir, METRICS_FILE))
+        self.balance = self._open(os.path.join(self.output_dir, BALANCE_FILE))
+        if self.use_tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                # purge_step: events after the resume point are dropped, as in the JSONL files
+                self.tensorboard = SummaryWriter(os.path.join(self.output_dir, "tensorboard"),
+                                                 purge_step=self.resume_from + 1 if self.resume_from else None)
+            except ImportError:
+                print("tensorboard is not installed (pip install tensorboard); metrics go to stdout and "
+                      "JSONL only")
+
+    def _open(self, path: str) -> _Records:
+        resume_from = self.resume_from
+        if not resume_from:
+            return _Records(path, fresh=True)
         dropped = _keep_until(path, resume_from)
         if dropped:
             print(f"{path}: dropped the records of iterations {dropped[0]}-{dropped[-1]} (after the resume "
                   f"point {resume_from})", flush=True)
-        f = open(path, "a", encoding="utf-8")
-        f.write(json.dumps({"event": RESUME_EVENT, "from_iteration": resume_from, "checkpoint": checkpoint,
-                            "dropped_iterations": dropped,
-                            "time": datetime.now(tz=timezone.utc).isoformat(timespec="seconds")}) + "\n")
-        f.flush()
-        return f
+        records = _Records(path, fresh=False)
+        records.write([{"event": RESUME_EVENT, "from_iteration": resume_from, "checkpoint": self.checkpoint,
+                        "dropped_iterations": dropped,
+                        "time": datetime.now(tz=timezone.utc).isoformat(timespec="seconds")}])
+        return records
 
     def log(self, iteration: int, metrics: Dict[str, float], line: str):
+        self.start()
         print(line, flush=True)
         if self.jsonl:
-            self.jsonl.write(json.dumps({"iteration": iteration, **metrics}) + "\n")
-            self.jsonl.flush()
+            self.jsonl.write([{"iteration": iteration, **metrics}])
         if self.tensorboard:
             for key, value in metrics.items():
                 self.tensorboard.add_scalar(f"train/{key}", value, iteration)
 
     def log_balance(self, iteration: int, plans: List[dict]):
         """Per-share loads of each DP-balance plan (``balance.jsonl``), for reports."""
-        if self.balance:
-            for plan in plans:
-                self.balance.write(json.dumps({"iteration": iteration, **plan}) + "\n")
-            self.balance.flush()
+        self.start()
+        if self.balance and plans:
+            self.balance.write([{"iteration": iteration, **plan} for plan in plans])
 
     def close(self):
         if self.balance:

@@ -47,11 +47,11 @@ def find_megatron_checkpoint(path: str) -> Optional[str]:
     candidates = []
     tracker = os.path.join(path, TRACKER)
     if os.path.isfile(tracker):
-        with open(tracker, encoding="utf-8") as f:
-            text = f.read().strip()
+        with open(tracker, "rb") as f:
+            text = f.read().decode("utf-8", "replace").strip()
         if text == "release":
             candidates.append("release")
-        elif text.isdigit():
+        elif text.isascii() and text.isdigit():  # anything else is not Megatron's; named by checkpoint.find
             candidates.append(f"iter_{int(text):07d}")
     candidates += sorted(n for n in os.listdir(path) if _ITER_DIR.match(n) and n not in candidates)
     for name in candidates:

@@ -37,16 +37,29 @@ def shutdown_ray() -> None:
     _remove_own_temp_dirs()
 
 
+def ray_path_problem(path: str) -> Optional[str]:
+    """Why Ray cannot keep its session files under ``path`` (None when it can): Ray encodes its
+    paths as ASCII, and its socket paths must fit in an AF_UNIX address."""
+    if not path.isascii():
+        return "Ray cannot take a path with non-ASCII characters"
+    if len(path.encode("utf-8")) > MAX_TEMP_DIR_LEN:
+        return f"longer than the {MAX_TEMP_DIR_LEN} bytes Ray's socket paths leave"
+    return None
+
+
 def session_dir_for(temp_dir: Optional[str]) -> Optional[str]:
-    """``temp_dir`` as an absolute path when Ray's socket paths fit under it, else None."""
+    """``temp_dir`` as an absolute path when Ray can keep its session files there, else None."""
     if temp_dir is None:
         return None
     path = os.path.abspath(temp_dir)
-    return path if len(path.encode("utf-8")) <= MAX_TEMP_DIR_LEN else None
+    return None if ray_path_problem(path) else path
 
 
 def _short_temp_dir() -> str:
     base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+    if ray_path_problem(base):
+        raise ValueError(f"Ray's session files need a short ASCII folder: {base!r} (the temporary folder) is not "
+                         f"one ({ray_path_problem(base)}); set TMPDIR to such a folder")
     path = tempfile.mkdtemp(prefix="msrl_ray_", dir=base)
     global _atexit_registered
     if not _atexit_registered:
@@ -60,9 +73,10 @@ def init_ray(temp_dir: Optional[str] = None, num_cpus: Optional[int] = None, **k
     """Join ``RAY_ADDRESS`` if set, else start a local Ray bound to 127.0.0.1.
 
     ``temp_dir`` keeps Ray's session files under the run's own folder when its
-    absolute path has at most ``MAX_TEMP_DIR_LEN`` bytes (Ray's sockets live
-    there); otherwise, and without ``temp_dir``, a short folder under /tmp is
-    used and removed by ``shutdown_ray`` or at interpreter exit.
+    absolute path is ASCII and has at most ``MAX_TEMP_DIR_LEN`` bytes (Ray's
+    sockets live there); otherwise (a non-ASCII path says so in one line), and
+    without ``temp_dir``, a short folder under /tmp is used and removed by
+    ``shutdown_ray`` or at interpreter exit.
     Returns True when this call started Ray (the caller shuts it down).
     """
     if ray.is_initialized():
@@ -74,6 +88,9 @@ def init_ray(temp_dir: Optional[str] = None, num_cpus: Optional[int] = None, **k
                       f"RAY_ADDRESS={address}")
         return True
     session = session_dir_for(temp_dir) or _short_temp_dir()
+    if temp_dir is not None and not os.path.abspath(temp_dir).isascii():  # a long path moves silently
+        print(f"note: Ray's session files go to {session}, not under {os.path.abspath(temp_dir)!r}: "
+              f"{ray_path_problem(os.path.abspath(temp_dir))}", flush=True)
     os.makedirs(session, exist_ok=True)
     # a loopback-only cluster started here: Ray's notice about its token auth is noise on every run
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)

@@ -12,6 +12,7 @@ import torch
 from mindspeed_rl.models.lr_schedule import lr_at
 from mindspeed_rl.utils.checkpoint import CheckpointError, capture_rng, restore_rng
 from mindspeed_rl.utils.dist_sync import sync_micro_batch_count
+from mindspeed_rl.utils.error_cause import failure_text, named_failure
 from mindspeed_rl.utils.seqlen_balancing import rearrange_micro_batches
 from mindspeed_rl.utils.utils import seed_all
 from mindspeed_rl.workers.base_worker import BaseWorker
@@ -98,10 +99,11 @@ class EngineWorker(BaseWorker):
 
     def _save_engine(self, engine, folder: str, dcp_dir: str, rng_dir: str, with_optimizer: bool, with_rng: bool):
         """Sharded engine state (every rank writes its shards) and this rank's RNG state."""
-        engine.save_sharded(os.path.join(folder, dcp_dir), with_optimizer)
-        if with_rng:
-            os.makedirs(os.path.join(folder, rng_dir), exist_ok=True)
-            torch.save(capture_rng(self.device), os.path.join(folder, rng_dir, f"rank{self.rank}.pt"))
+        with named_failure("saving checkpoint into", folder, CheckpointError):  # one line: the cause
+            engine.save_sharded(os.path.join(folder, dcp_dir), with_optimizer)
+            if with_rng:
+                os.makedirs(os.path.join(folder, rng_dir), exist_ok=True)
+                torch.save(capture_rng(self.device), os.path.join(folder, rng_dir, f"rank{self.rank}.pt"))
 
     def _load_engine(self, engine, folder: str, dcp_dir: str, rng_dir: str, iteration: int, with_optimizer: bool,
                      with_rng: bool):
@@ -113,7 +115,7 @@ class EngineWorker(BaseWorker):
         try:
             engine.load_sharded(path, with_optimizer)
         except (Exception, CheckpointException) as err:  # (DCP's error is a BaseException) truncated or foreign files
-            raise CheckpointError(f"checkpoint {folder!r} could not be read: {type(err).__name__}: {err}") from err
+            raise CheckpointError(f"checkpoint {folder!r} could not be read: {failure_text(folder, err)}") from err
         engine.set_step(iteration * self.run_plan.steps_per_iteration)
         if with_rng:
             rng = os.path.join(folder, rng_dir, f"rank{self.rank}.pt")

@@ -12,6 +12,7 @@ from mindspeed_rl.models.loss.grpo_loss import grpo_loss
 from mindspeed_rl.models.rollout import make_backend
 from mindspeed_rl.models.rollout.drift import rollout_drift
 from mindspeed_rl.utils.checkpoint import DCP_DIR
+from mindspeed_rl.utils.error_cause import named_failure
 from mindspeed_rl.utils.dist_sync import all_reduce_scalar
 from mindspeed_rl.workers.engine_worker import EngineWorker, sequence_lengths as _lengths
 
@@ -162,5 +163,6 @@ class IntegratedWorker(EngineWorker):
 
     def export_hf(self, path: str) -> str:
         """HF ``save_pretrained`` of the gathered actor (every rank gathers; global rank 0 writes)."""
-        self.actor.save(path)
+        with named_failure("exporting HF weights into", path):
+            self.actor.save(path)
         return path

@@ -1,6 +1,7 @@
 """DAPO end to end through cli/train_grpo.py: upstream's dapo_qwen3_32b_A3.yaml (05a90d7), as shipped,
 shrunk to a tiny Qwen3 by overrides only, trains 2 iterations on DP=2 (CPU) with every DAPO switch the
-file sets: token-level loss, clip-higher, overlong penalty, dynamic sampling (here with DP balance on)."""
+file sets: token-level loss, clip-higher, overlong penalty, dynamic sampling (here with DP balance on);
+then resumes from iteration 1 (refills included) and compares every metric with the uninterrupted run."""
 import json
 import os
 import sys
@@ -26,7 +27,7 @@ def test_dapo_qwen3_32b_config_shrunk_trains_two_iterations(tmp_path, monkeypatc
         "megatron_training.data_path=toy:length", "megatron_training.global_batch_size=4",
         "megatron_training.seq_length=32", "megatron_training.train_iters=2",
         "actor_config.tensor_model_parallel_size=1", "actor_config.finetune=false", "actor_config.load=null",
-        f"actor_config.save={tmp_path / 'ckpt'}",
+        f"actor_config.save={tmp_path / 'ckpt'}", "megatron_training.save_interval=1",
         "rl_config.actor_resource.num_npus=2", "rl_config.n_samples_per_prompt=4", "rl_config.max_prompt_length=8",
         "rl_config.mini_batch_size=4", "rl_config.use_dp_batch_balance=true",
         "rl_config.verifier_function=[length_match]", "rl_config.filter_groups_metric=length_match",
@@ -56,3 +57,20 @@ def test_dapo_qwen3_32b_config_shrunk_trains_two_iterations(tmp_path, monkeypatc
     state = read_state(str(tmp_path / "ckpt" / "iter_0000002"))
     assert state["data_position"] == batches
     assert "dapo: batches=" in out
+
+    # resumed from iteration 1 (upstream's no_load_optim / no_load_rng off): iteration 2 again, equal in
+    # every metric but the clocks; the refills of iteration 1 place the data iterator
+    assert read_state(str(tmp_path / "ckpt" / "iter_0000001"))["data_position"] > 1, "no refill in iteration 1"
+    resumed = run(CONFIG, overrides + [
+        f"actor_config.load={tmp_path / 'ckpt' / 'iter_0000001'}", "actor_config.no_load_optim=false",
+        "actor_config.no_load_rng=false", f"actor_config.save={tmp_path / 'ckpt_b'}"],
+        str(tmp_path / "out_b"), str(model_dir))
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("resumed from")]
+    assert said == [f"resumed from {tmp_path / 'ckpt' / 'iter_0000001'} at iteration 1: restored weights, optimizer "
+                    f"state, RNG state, KL coefficient and data position"]
+    assert len(resumed) == 1
+    clocks = ("timing/", "memory/")
+    want = {k: v for k, v in history[1].items() if not k.startswith(clocks)}
+    got = {k: v for k, v in resumed[0].items() if not k.startswith(clocks)}
+    assert sorted(got) == sorted(want)
+    assert [k for k in want if got[k] != want[k]] == []

@@ -101,3 +101,24 @@ def test_missing_or_corrupt_checkpoint_is_a_clear_error(tiny_model, tmp_path, ca
         os.remove(meta)
     with pytest.raises(ConfigError, match=r"iter_0000006.*cannot be loaded.*no older intact iteration"):
         build_configs(load_config(CONFIG, [f"megatron_training.load={save}", "megatron_training.model_path=/x"]))
+
+
+def test_resume_that_cannot_load_ends_in_one_line_and_touches_no_record(tiny_model, tmp_path, capsys):
+    """A changed model shape (3 layers, a matching model folder): the library's missing key in one
+    line, and the run folder's records stay as they were (no resume marker, nothing dropped)."""
+    save, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
+    first = ["megatron_training.train_iters=1", f"megatron_training.save={save}"]
+    run(CONFIG, first, out, tiny_model)
+    with open(os.path.join(out, "metrics.jsonl"), "rb") as f:
+        before = f.read()
+    capsys.readouterr()
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+    from cli.train_grpo import main
+    code = main(["--config", CONFIG, "--output-dir", out, "--tiny-model-dir", str(tmp_path / "model3"),
+                 "megatron_training.train_iters=2", f"megatron_training.load={save}",
+                 "model.tiny_qwen2.num_layers=3"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert "Missing key in checkpoint state_dict: model.model.layers.2." in err and "'load_checkpoint'" in err
+    with open(os.path.join(out, "metrics.jsonl"), "rb") as f:
+        assert f.read() == before

@@ -12,6 +12,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from mindspeed_rl.compat.workers import UpstreamGroupIO
+from mindspeed_rl.utils.error_cause import cause as root_cause_text
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.parallel_state import ParallelState
 
@@ -20,7 +21,7 @@ BRIEF_CHARS = 600
 
 def brief(err: BaseException) -> str:
     """A rank's error in one line: the remote exception itself, not Ray's
-    traceback around it, cut to ``BRIEF_CHARS``."""
+    traceback around it, cut to about ``BRIEF_CHARS``."""
     cause = getattr(err, "cause", None) if isinstance(err, ray.exceptions.RayTaskError) else None
     if isinstance(cause, BaseException):
         err = cause
@@ -30,9 +31,10 @@ def brief(err: BaseException) -> str:
         who = f"actor {cls.group(1)}" if cls else "a Ray actor"
         text = f"{who}{f' (pid {pid.group(1)})' if pid else ''} died ({type(err).__name__})"
     else:
-        text = f"{type(err).__name__}: {err}"
+        text = root_cause_text(err)  # a DCP failure as the rank's own error, a full disk as the OS error
     text = " ".join(text.split())
-    return text if len(text) <= BRIEF_CHARS else text[:BRIEF_CHARS - 3] + "..."
+    # cut in the middle: the cause is usually at the end
+    return text if len(text) <= BRIEF_CHARS else text[:BRIEF_CHARS // 3] + " ... " + text[-(2 * BRIEF_CHARS // 3):]
 
 
 def _accelerator() -> Optional[str]:

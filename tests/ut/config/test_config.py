@@ -151,7 +151,7 @@ def test_unknown_nested_keys():
     ("actor_resource", [2], "dict"),
 ])
 def test_wrong_type_names_key(key, value, expected):
-    with pytest.raises(TypeError, match=rf"'{key}' expects {expected}.*{value!r}"):
+    with pytest.raises(TypeError, match=rf"^rl_config\.{key} expects {expected}.*{value!r}"):
         RLConfig({key: value})
 
 
@@ -165,8 +165,11 @@ def test_type_rules_that_accept():
 
 def test_type_of_key_fixed_by_default_not_current_value():
     rl = RLConfig({"actor_forward_micro_batch_size": 4})
-    rl.update({"actor_forward_micro_batch_size": "auto"})  # default None: anything
-    assert rl.actor_forward_micro_batch_size == "auto"
+    rl.update({"actor_forward_micro_batch_size": None})  # an unset key may be unset again
+    assert rl.actor_forward_micro_batch_size is None
+    # a None default takes its key_types entry: the type is fixed before any value is compared
+    with pytest.raises(TypeError, match=r"^rl_config\.actor_forward_micro_batch_size expects int, got 'auto' \(str\)"):
+        rl.update({"actor_forward_micro_batch_size": "auto"})
 
 
 def test_resource_aliases():

@@ -62,3 +62,8 @@ def needs_warm_up(response: str, label: str) -> float:
     if not _WARM["done"]:
         time.sleep(60)  # a cold process: as if the lazy imports ran inside the timer
     return 1.0
+
+
+def always_raises(response: str, label: str) -> float:
+    """A verifier broken for every row (e.g. labels in a format it cannot read)."""
+    raise ValueError(f"label {label!r} is not a number")

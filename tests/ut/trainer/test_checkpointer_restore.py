@@ -57,3 +57,67 @@ def test_weights_only_starts_at_zero_and_never_reads_the_state(tmp_path):
 
 def test_a_fresh_run_starts_from_zero():
     assert ckpt.resume_state(None) == {"iteration": 0, "data_position": 0}
+
+
+def test_resume_says_in_one_line_what_it_restored_and_what_it_left_behind(tmp_path, capsys):
+    folder = _saved(tmp_path, 2, kl_coef=0.1, data_position=3)
+    loader = ckpt.Checkpointer(str(tmp_path), load_workers=_Workers().load)
+    loader.restore((folder, 2))
+    exact = capsys.readouterr().out
+    assert exact == (f"resumed from {folder} at iteration 2: restored weights, optimizer state, RNG state, "
+                     f"KL coefficient and data position\n")
+    # upstream's DAPO configs: no_load_optim and no_load_rng
+    loader.restore((folder, 2), with_optimizer=False, with_rng=False)
+    line = capsys.readouterr().out
+    assert line.count("\n") == 1 and "restored weights, KL coefficient and data position" in line
+    assert ("left behind: optimizer state (megatron_training.no_load_optim: true), RNG state "
+            "(megatron_training.no_load_rng: true): the run does not continue exactly") in line
+    loader.restore((folder, 2), with_optimizer=True, with_rng=False)
+    line = capsys.readouterr().out
+    assert "restored weights, optimizer state, KL" in line and "left behind: RNG state (" in line
+    assert "optimizer state (megatron_training.no_load_optim" not in line
+    loader.restore((folder, 2), weights_only=True)
+    line = capsys.readouterr().out
+    assert line.startswith(f"loaded the weights of {folder} (iteration 2) and started at iteration 0; left "
+                           f"behind (megatron_training.finetune: true): optimizer state, RNG state")
+
+
+def test_a_resume_missing_what_it_asks_for_is_refused_before_any_worker_starts(tmp_path):
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    folder = _saved(tmp_path, 2, kl_coef=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": {"w": torch.ones(2)}}, checkpoint_id=os.path.join(folder, ckpt.DCP_DIR))
+    with pytest.raises(ckpt.CheckpointError, match=r"holds no optimizer state .*no_load_optim: true"):
+        ckpt.check_resumable(folder, with_optimizer=True, with_rng=False, world_size=1)
+    # a DP=1 checkpoint resumed by 2 ranks: rank 1 has no RNG state
+    os.makedirs(os.path.join(folder, "rng"))
+    open(os.path.join(folder, "rng", "rank0.pt"), "wb").close()
+    ckpt.check_resumable(folder, with_optimizer=False, with_rng=True, world_size=1)
+    with pytest.raises(ckpt.CheckpointError) as info:
+        ckpt.check_resumable(folder, with_optimizer=False, with_rng=True, world_size=2)
+    assert str(info.value) == (f"checkpoint '{folder}' holds RNG state for 1 rank(s), this run has 2 (no state "
+                               f"for rank 1); set megatron_training.no_load_rng: true to resume with fresh "
+                               f"random streams")
+    ckpt.check_resumable(folder, with_optimizer=False, with_rng=False, world_size=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": {"w": torch.ones(2)}, "optim": {"state": {"w": {"exp_avg": torch.ones(2)}}}},
+                 checkpoint_id=os.path.join(folder, ckpt.DCP_DIR))
+    ckpt.check_resumable(folder, with_optimizer=True, with_rng=False, world_size=2)
+
+
+@pytest.mark.parametrize("text", ["３", "²", "1\u0662", "x"])
+def test_a_tracker_that_is_not_ascii_digits_is_named(tmp_path, text):
+    _saved(tmp_path, 3, kl_coef=0.1)
+    with open(os.path.join(tmp_path, ckpt.TRACKER), "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+    with pytest.raises(ckpt.CheckpointError) as info:
+        ckpt.find(str(tmp_path))
+    assert str(info.value) == (f"checkpoint tracker {tmp_path}/{ckpt.TRACKER} should hold an iteration number in "
+                               f"ASCII digits, holds {text!r}")
+    from mindspeed_rl.utils.megatron_format import find_megatron_checkpoint
+    assert find_megatron_checkpoint(str(tmp_path)) is None  # not Megatron's either, and no crash

@@ -88,3 +88,16 @@ def test_tensorboard_is_a_requirement():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     names = [line.split("#")[0].strip() for line in open(os.path.join(root, "requirements.txt"))]
     assert any(n.startswith("tensorboard") for n in names)
+
+
+def test_resumed_logger_touches_nothing_until_its_checkpoint_loaded(tmp_path, capsys):
+    _run(tmp_path, [1, 2, 3])
+    before = {n: (tmp_path / n).read_text() for n in ("metrics.jsonl", "balance.jsonl")}
+    logger = MetricsLogger(str(tmp_path), resume_from=1, checkpoint="ckpt/iter_0000001")
+    logger.close()  # the load failed: no marker, no dropped records
+    assert {n: (tmp_path / n).read_text() for n in before} == before
+    logger = MetricsLogger(str(tmp_path), resume_from=1, checkpoint="ckpt/iter_0000001")
+    logger.start()  # the load succeeded
+    logger.close()
+    assert _iterations(tmp_path / "metrics.jsonl") == [1, None]
+    assert "dropped the records of iterations 2-3" in capsys.readouterr().out

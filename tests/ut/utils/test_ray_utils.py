@@ -85,3 +85,20 @@ def test_real_ray_starts_with_a_session_folder_at_the_length_limit():
     finally:
         ray_utils.shutdown_ray()
         shutil.rmtree(os.path.dirname(run_dir), ignore_errors=True)
+
+
+def test_non_ascii_run_folder_moves_the_session_to_tmp_and_says_so(fake_ray, tmp_path, capsys):
+    """Ray encodes its session paths as ASCII ('ascii' codec can't encode ...): a short run folder
+    with other characters gets its session under /tmp, named in one line, before Ray starts."""
+    run_dir = tempfile.mkdtemp(prefix="r", dir="/tmp") + "/运行"
+    assert len(run_dir.encode("utf-8")) <= ray_utils.MAX_TEMP_DIR_LEN  # short: it would have been used
+    assert ray_utils.session_dir_for(run_dir) is None
+    assert "non-ASCII" in ray_utils.ray_path_problem(run_dir)
+    ray_utils.init_ray(temp_dir=run_dir)
+    made = fake_ray["_temp_dir"]
+    assert made.startswith("/tmp/msrl_ray_") and made.isascii()
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and f"not under '{run_dir}'" in out and "non-ASCII" in out
+    ray_utils.shutdown_ray()
+    assert not os.path.exists(made)
+    shutil.rmtree(os.path.dirname(run_dir), ignore_errors=True)

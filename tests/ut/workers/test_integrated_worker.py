@@ -285,3 +285,32 @@ def test_accelerator_rng_state_is_checkpointed_for_any_device_type(monkeypatch):
     store["state"] = torch.tensor([9], dtype=torch.uint8)
     ckpt.restore_rng(saved, device)
     assert torch.equal(store["state"], torch.tensor([1, 2, 3], dtype=torch.uint8))
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_failed_save_and_load_name_the_librarys_cause_in_one_line(local, tmp_path, monkeypatch):
+    import os
+    import warnings
+    import torch.distributed.checkpoint as dcp
+    from mindspeed_rl.utils.checkpoint import CheckpointError
+    warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+    _, _, (w0, _) = _setup()
+
+    def full_disk_save(self, path, opt):  # DCP writing its shard onto a full disk
+        os.makedirs(path)
+        os.symlink("/dev/full", os.path.join(path, "__0_0.distcp"))
+        dcp.save({"w": torch.ones(1000)}, checkpoint_id=path)
+    monkeypatch.setattr(RecordingEngine, "save_sharded", full_disk_save, raising=False)
+    folder = str(tmp_path / "tmp-iter")
+    with pytest.raises(CheckpointError) as info:
+        w0.save_checkpoint(folder)
+    assert str(info.value) == f"saving checkpoint into '{folder}' failed: OSError: [Errno 28] No space left on device"
+
+    dcp.save({"model.layers.0.w": torch.ones(2)}, checkpoint_id=str(tmp_path / "c" / "dcp"))
+    monkeypatch.setattr(RecordingEngine, "load_sharded", lambda self, path, opt: dcp.load(
+        {"model.layers.0.w": torch.ones(2), "model.layers.2.w": torch.ones(2)}, checkpoint_id=path), raising=False)
+    with pytest.raises(CheckpointError) as info:
+        w0.load_checkpoint(str(tmp_path / "c"), iteration=1)
+    text = str(info.value)
+    assert text.startswith(f"checkpoint '{tmp_path / 'c'}' could not be read: RuntimeError: Missing key in "
+                           f"checkpoint state_dict: model.layers.2.w.") and "\n" not in text
