@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 from mindspeed_rl.utils.cost_model import (CostModel, micro_batch_features, prediction_error,  # noqa: E402
                                            rank_features, simulate_step_time)
 from mindspeed_rl.utils.seqlen_balancing import sized_lower_bound  # noqa: E402
+from mindspeed_rl.trainer.stage_runner import StageGroup, run_dp_stage  # noqa: E402
 
 CONFIG = ROOT / "configs" / "grpo_tiny_cpu.yaml"
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "dp_balance_e2e.json"
@@ -230,17 +231,15 @@ def _run_round(group, docks, batch, balance):
     names = {"ref_log_prob": "ref_log_prob", "actor_log_prob": "actor_log_prob", "update": "actor_train"}
     for stage in STAGES:
         key = names[stage]
-        results, outputs = group.run_stage(key, td, kl_coef=KL_COEF)
-        if key != "actor_train":  # the log-prob stages' outputs feed the update
-            td.put_stage(key, *outputs)
+        # dispatch, one call per rank, one put of the outputs (the log-prob stages' feed the update)
+        results = run_dp_stage(group, td, StageGroup.of(td.run_plan.stages[key]), kl_coef=KL_COEF)
         mbs = group.execute_sync_command("pop_micro_batches")
         out["stages"][stage] = {
             "seconds": [float(r[f"timing/{key}"]) for r in results],
             "tokens": [float(r[f"tokens/{key}"]) for r in results],
             "micro_batches": mbs,
         }
-    metrics = td.get_metrics().compute()
-    td.get_balance_history()  # drain
+    metrics = td.round_summary()["metrics"]  # also drains the balance history
     out["dock_imbalance"] = {s: metrics[f"dp_balance/{s}/imbalance"] for s in ("ref_log_prob", "actor_log_prob",
                                                                                "actor_train")
                              if f"dp_balance/{s}/imbalance" in metrics}

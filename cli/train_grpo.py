@@ -152,7 +152,7 @@ def worker_classes():
 
 def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
     """Train from ``state`` (``checkpoint.resume_state`` of ``checkpoint``, read before Ray started)."""
-    from mindspeed_rl.models.rule_reward import RuleReward
+    from mindspeed_rl.models.rule_reward import VerifierReward
     from mindspeed_rl.utils.checkpoint import Checkpointer
     from mindspeed_rl.utils.loggers import MetricsLogger
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
@@ -169,7 +169,7 @@ def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
     start = state["iteration"]
     logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard, resume_from=start,
                            checkpoint=checkpoint[0] if checkpoint else None)
-    reward = RuleReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
+    reward = VerifierReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
                         parallel=rl.verifier_parallel, timeout=rl.verifier_timeout)
     try:
         classes = worker_classes()

@@ -1,12 +1,12 @@
-"""RuleReward with upstream's worker interface, over models.rule_reward.RuleReward.
+"""RuleReward with upstream's worker interface, over models.rule_reward.VerifierReward.
 
 Upstream's is a Ray actor; this is a plain object: call ``initialize`` and
 ``init_transfer_dock`` on it directly, or pass it in the trainer's ``reward_list``
-(it is callable like the model-side RuleReward)."""
+(it is callable like VerifierReward)."""
 from typing import Dict
 
 from mindspeed_rl.compat.compute_utils import compute_rule_reward, dock_call
-from mindspeed_rl.models.rule_reward import RuleReward as _Scorer
+from mindspeed_rl.models.rule_reward import VerifierReward as _Scorer
 from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
 
 

@@ -108,7 +108,7 @@ class PullDock(TransferDock):
                  seed: int = 1234, run_plan=None) -> None:
         """``run_plan`` (config_cls.RunPlan), when given, sets the balance spec, seed and data timeout."""
         if run_plan is not None:
-            timeout = run_plan.timeouts.data_wait
+            timeout = run_plan.timeouts.td_timeout
         if ray.is_initialized() and ray.get_runtime_context().get_actor_id():
             torch.set_num_threads(1)  # the dock actor moves small buffers; intra-op threads only add latency
         self.experience_consumers = list(DEFAULT_CONSUMERS) + [

@@ -127,14 +127,14 @@ class StagePlan:
 
 @dataclass(frozen=True)
 class Timeouts:
-    data_wait: float      # a stage waiting on the dock for its rows
+    td_timeout: float     # rl_config.td_timeout: the pull API waiting for rows; the default stage deadline
     collective: float     # torch.distributed process-group timeout
     placement: float      # Ray placement group to become ready
-    stage: Optional[float] = None  # one command on the worker group (stage, save, load); None: data_wait
+    stage: Optional[float] = None  # one command on the worker group (stage, save, load); None: td_timeout
 
     @property
     def stage_deadline(self) -> float:
-        return self.data_wait if self.stage is None else self.stage
+        return self.td_timeout if self.stage is None else self.stage
 
 
 @dataclass(frozen=True)
@@ -556,5 +556,5 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
                    worker=spec, placement=rl_config.placement_strategy, features=feats, critic=critic, gae=gae,
                    # a rank waits in a collective at most as long as its peers' stage runs: the driver's
                    # stage deadline fires first and names the rank that did not answer
-                   timeouts=Timeouts(data_wait=timeout, collective=max(timeout, stage_timeout) + 60.0,
+                   timeouts=Timeouts(td_timeout=timeout, collective=max(timeout, stage_timeout) + 60.0,
                                      placement=timeout, stage=stage_timeout))

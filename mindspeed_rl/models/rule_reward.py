@@ -79,7 +79,7 @@ def text_verifier_path(name: str) -> Optional[str]:
     return path
 
 
-class RuleReward:
+class VerifierReward:
     """Scores responses by a weighted sum of named verifiers.
 
     Token verifiers (``length_match``, ``copy_match``) read token ids. Text

@@ -81,7 +81,7 @@ def first_nonfinite(metrics: Dict[str, float], skipped_before=None):
 
 def verifier_fault_lines(iteration: int, metrics: Dict[str, float]) -> List[str]:
     """One console line per iteration naming the verifiers that timed out or raised
-    (``reward/<verifier>/timeouts`` and ``/errors`` of RuleReward.last_metrics)."""
+    (``reward/<verifier>/timeouts`` and ``/errors`` of VerifierReward.last_metrics)."""
     parts = []
     for key in sorted(k for k in metrics if k.startswith("reward/") and k.endswith("/timeouts")):
         name = key[len("reward/"):-len("/timeouts")]

@@ -11,7 +11,7 @@ from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.stages import GROUP_ADV, REWARD
 from mindspeed_rl.config_cls.learning_signal import zero_advantage_reasons
 from mindspeed_rl.config_cls.rl_config import RLConfig
-from mindspeed_rl.models.rule_reward import RuleReward
+from mindspeed_rl.models.rule_reward import VerifierReward
 from mindspeed_rl.models.tiny_model import build_toy_tokenizer
 from mindspeed_rl.trainer import grpo_trainer_hybrid as hybrid
 from mindspeed_rl.trainer.utils.reward_guard import RewardFailureError, RewardGuard, failed_everywhere
@@ -55,7 +55,7 @@ def test_dry_run_and_run_say_it_at_plan_time(override, said, capsys):
 # ------------------------------------------------------------------ a verifier failing on every row
 
 def test_a_verifier_raising_on_every_row_is_counted_with_its_first_error():
-    reward = RuleReward([BROKEN], [1.0], eos_id=13, tokenizer=build_toy_tokenizer())
+    reward = VerifierReward([BROKEN], [1.0], eos_id=13, tokenizer=build_toy_tokenizer())
     try:
         scores = reward([torch.tensor([4, 5, 13])] * 3, [torch.tensor([1])] * 3)
     finally:

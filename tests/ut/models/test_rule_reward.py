@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from mindspeed_rl.models.rule_reward import (TEXT_VERIFIERS, VERIFIERS, RuleReward, copy_match, length_match,
+from mindspeed_rl.models.rule_reward import (TEXT_VERIFIERS, VERIFIERS, VerifierReward, copy_match, length_match,
                                              verifier_names)
 from mindspeed_rl.models.tiny_model import build_toy_tokenizer
 from mindspeed_rl.models.verifier_pool import VerifierPool
@@ -24,12 +24,12 @@ def test_registry_names():
     assert set(TEXT_VERIFIERS) == UPSTREAM_05A90D7 | {"math_acc"}
     assert verifier_names() == sorted(UPSTREAM_05A90D7 | {"math_acc", "length_match", "copy_match"})
     for name in UPSTREAM_05A90D7:  # each resolves to a function of its own module
-        RuleReward([name], [1.0], eos_id=EOS, tokenizer=build_toy_tokenizer()).close()
+        VerifierReward([name], [1.0], eos_id=EOS, tokenizer=build_toy_tokenizer()).close()
 
 
 def test_unknown_name_suggests_the_close_one():
     with pytest.raises(ValueError, match=r"unknown verifier 'math17k_acc' \(did you mean 'math_17k_acc'"):
-        RuleReward(["math17k_acc"], [1.0], eos_id=EOS, tokenizer=build_toy_tokenizer())
+        VerifierReward(["math17k_acc"], [1.0], eos_id=EOS, tokenizer=build_toy_tokenizer())
 
 
 @pytest.mark.parametrize("response,target,expected", [
@@ -60,7 +60,7 @@ def test_copy_match(response, label, expected):
 
 def test_weighted_sum_of_token_and_text_verifiers():
     # toy ids 0-9 are the digits: "456" decodes to 456; tokens after EOS never count
-    reward = RuleReward(["copy_match", "math_acc"], [0.5, 2.0], eos_id=EOS, tokenizer=build_toy_tokenizer())
+    reward = VerifierReward(["copy_match", "math_acc"], [0.5, 2.0], eos_id=EOS, tokenizer=build_toy_tokenizer())
     try:
         out = reward([t(4, 5, 6, EOS), t(4, 0, 6, EOS), t(EOS, 4, 5, 6)], [t(4, 5, 6), t(4, 5, 6), t(4, 5, 6)])
     finally:
@@ -73,21 +73,21 @@ def test_weighted_sum_of_token_and_text_verifiers():
 
 
 def test_single_verifier_on_length_task():
-    reward = RuleReward(["length_match"], [1.0], eos_id=EOS)
+    reward = VerifierReward(["length_match"], [1.0], eos_id=EOS)
     out = reward([t(1, 1, EOS), t(1, 1, 1, 1)], [t(2), t(8)])
     assert torch.allclose(out, torch.tensor([1.0, 0.5]))
 
 
 def test_errors():
     with pytest.raises(ValueError, match="length_match"):
-        RuleReward(["nope"], [1.0], eos_id=EOS)
+        VerifierReward(["nope"], [1.0], eos_id=EOS)
     with pytest.raises(ValueError, match="cannot be imported"):
-        RuleReward(["no.such.module:f"], [1.0], eos_id=EOS, tokenizer=build_toy_tokenizer())
+        VerifierReward(["no.such.module:f"], [1.0], eos_id=EOS, tokenizer=build_toy_tokenizer())
     with pytest.raises(ValueError):
-        RuleReward(["base_acc", "copy_match"], [1.0], eos_id=EOS)
+        VerifierReward(["base_acc", "copy_match"], [1.0], eos_id=EOS)
     with pytest.raises(ValueError, match="need the tokenizer"):
-        RuleReward(["base_acc"], [1.0], eos_id=EOS)
-    reward = RuleReward(["copy_match"], [1.0], eos_id=EOS)
+        VerifierReward(["base_acc"], [1.0], eos_id=EOS)
+    reward = VerifierReward(["copy_match"], [1.0], eos_id=EOS)
     with pytest.raises(ValueError):
         reward([t(1)], [t(1), t(2)])
 
@@ -104,7 +104,7 @@ def test_two_text_verifiers_combine_with_unequal_weights():
                  "<think>3+4</think><answer>\\boxed{8}</answer>",   # acc -0.5 (wrong), strict_format 1
                  "it is \\boxed{7}",                                # acc 1, strict_format -0.5
                  "the answer is 7"]                                  # acc -1 (no boxed), strict_format -0.5
-    reward = RuleReward(["acc", "strict_format"], [0.7, 0.3], eos_id=eos, tokenizer=tok, timeout=60.0)
+    reward = VerifierReward(["acc", "strict_format"], [0.7, 0.3], eos_id=eos, tokenizer=tok, timeout=60.0)
     try:
         out = reward([torch.cat([_text_ids(tok, r), torch.tensor([eos])]) for r in responses],
                      [_text_ids(tok, "7")] * 4)
@@ -160,7 +160,7 @@ def test_the_timer_starts_after_the_worker_is_warm():
 
 
 def test_reward_metrics_count_timeouts_and_errors_per_verifier():
-    reward = RuleReward(["tests.ut.models.slow_verifier:sleepy", "tests.ut.models.slow_verifier:crashy"], [1.0, 1.0],
+    reward = VerifierReward(["tests.ut.models.slow_verifier:sleepy", "tests.ut.models.slow_verifier:crashy"], [1.0, 1.0],
                         eos_id=EOS, tokenizer=build_toy_tokenizer(), timeout=3.0)
     name_s, name_c = "tests.ut.models.slow_verifier:sleepy", "tests.ut.models.slow_verifier:crashy"
     try:
