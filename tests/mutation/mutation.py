@@ -67,8 +67,8 @@ def meta_path(mod) -> Path:
 def prepare(mod, fresh=False) -> Path:
     """The module's run folder: links to the repository, and a setup.cfg for mutmut."""
     work = workdir(mod)
-    if fresh and work.exists():
-        shutil.rmtree(work)
+    if fresh and (work / "mutants").exists():
+        shutil.rmtree(work / "mutants")  # history.jsonl stays
     work.mkdir(parents=True, exist_ok=True)
     missing = [t for t in mod["tests"] + [mod["path"]] if not (REPO / t.split("::")[0]).exists()]
     if missing:
@@ -143,6 +143,7 @@ def _mutmut(work, args, log):
 def _record(mod, kind, seconds, rc):
     row = counts(mod)
     entry = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "kind": kind, "seconds": round(seconds), "rc": rc,
+             "tests": mod["tests"],
              **{k: v for k, v in row.items() if k not in ("score", "raw")}}
     with open(workdir(mod) / "history.jsonl", "a") as f:
         f.write(json.dumps(entry) + "\n")
@@ -154,7 +155,7 @@ def run(name, fresh=False):
     work = prepare(mod, fresh)
     start = time.time()
     rc = _mutmut(work, [], work / "mutmut.log")
-    entry = _record(mod, "run", time.time() - start, rc)
+    entry = _record(mod, "fresh run" if fresh else "run", time.time() - start, rc)
     print(f"{name}: rc={rc} in {entry['seconds']} s; {_line(mod)}", flush=True)
     if mod["path"].startswith("mindspeed_rl/"):
         where = subprocess.run([sys.executable, "-c", "import mindspeed_rl; print(mindspeed_rl.__file__)"],
