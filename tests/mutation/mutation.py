@@ -60,8 +60,16 @@ def workdir(mod) -> Path:
     return WORK / mod["name"]
 
 
+def source_path(mod) -> str:
+    """The path mutmut mutates, relative to the run folder. A module the tests import by its bare name
+    from ``import_root`` (build_series.py from patches/) is reached through the link ``src``: mutmut
+    names modules after their path with a leading ``src.`` dropped, as the tests import them."""
+    root = mod.get("import_root")
+    return f"src/{Path(mod['path']).relative_to(root)}" if root else mod["path"]
+
+
 def meta_path(mod) -> Path:
-    return workdir(mod) / "mutants" / (mod["path"] + ".meta")
+    return workdir(mod) / "mutants" / (source_path(mod) + ".meta")
 
 
 def prepare(mod, fresh=False) -> Path:
@@ -75,13 +83,20 @@ def prepare(mod, fresh=False) -> Path:
         raise SystemExit(f"{mod['name']}: modules.toml names missing files: {', '.join(missing)}")
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     tops = sorted({line.split("/")[0] for line in tracked.splitlines() if line})
-    for top in tops:
-        link = work / top
-        if not link.is_symlink():
-            link.symlink_to(REPO / top)
+    root = mod.get("import_root")
+    links = {top: REPO / top for top in tops if top != root}
+    if root:
+        links["src"] = REPO / root
+        # in mutants/, the import root is the mutated copy under src/ (tests resolve their __file__)
+        (work / "mutants").mkdir(exist_ok=True)
+        if not (work / "mutants" / root).is_symlink():
+            (work / "mutants" / root).symlink_to("src")
+    for name, target in links.items():
+        if not (work / name).is_symlink():
+            (work / name).symlink_to(target)
     # mutmut mutates only source_paths (the one file); also_copy brings the rest of the tree into mutants/
-    also = [t for t in tops if t != ".gitignore"]
-    lines = ["[mutmut]", f"source_paths = {mod['path']}", "also_copy ="] + [f"    {t}" for t in also]
+    also = sorted(t for t in links if t != ".gitignore")
+    lines = ["[mutmut]", f"source_paths = {source_path(mod)}", "also_copy ="] + [f"    {t}" for t in also]
     lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in mod["tests"]]
     # no:unraisableexception: its gc.collect() at session end costs ~1.5 s per mutant with torch loaded
     lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider", "    -p", "    no:unraisableexception",
