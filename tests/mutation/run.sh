@@ -22,9 +22,11 @@ if ! have; then
     "$PY" -m venv --system-site-packages "$VENV"
     have || "$VENV/bin/pip" install -q "mutmut==$MUTMUT_VERSION"
 fi
-# the console script (pip does not write one when the system site already has this mutmut)
-if [ ! -x "$VENV/bin/mutmut" ]; then
-    printf '#!%s\nimport sys\nfrom mutmut.__main__ import cli\nsys.exit(cli())\n' "$VENV/bin/python" > "$VENV/bin/mutmut"
+# the console script (pip does not write one when the system site already has this mutmut); the
+# __main__ guard matters: processes the tests spawn re-run the main script
+if [ ! -x "$VENV/bin/mutmut" ] || ! grep -q 'if __name__' "$VENV/bin/mutmut"; then
+    printf '#!%s\nimport sys\nfrom mutmut.__main__ import cli\nif __name__ == "__main__":\n    sys.exit(cli())\n' \
+        "$VENV/bin/python" > "$VENV/bin/mutmut"
     chmod +x "$VENV/bin/mutmut"
 fi
 export MUTMUT=$VENV/bin/mutmut
