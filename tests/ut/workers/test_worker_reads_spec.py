@@ -25,7 +25,7 @@ class Engine:
         for idx in parts:
             log_probs = [torch.zeros(responses[i].numel(), requires_grad=True) for i in idx]
             loss, _ = loss_fn(idx, log_probs, None)
-            losses.append(float(loss) / token_count)
+            losses.append(float(loss.detach()) / token_count)
         self.steps.append((token_count, sum(losses)))
         return {"actor/loss": sum(losses)}
 
