@@ -102,7 +102,9 @@ def prepare(mod, fresh=False) -> Path:
     lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider", "    -p", "    no:unraisableexception",
               # torch is not fork-safe once it has run: fork each mutant from a process that only imported
               "process_isolation = forkserver",
-              "use_git_change_detection = false", ""]
+              "use_git_change_detection = false",
+              # a mutant whose tests use 5x their usual CPU time is stuck (mutmut's default waits 15x)
+              "timeout_multiplier = 5.0", ""]
     (work / "setup.cfg").write_text("\n".join(lines))
     return work
 
