@@ -136,8 +136,9 @@ def counts(mod):
     row = {"mutants": len(codes), KILLED: c[KILLED], SURVIVED: c[SURVIVED] - equivalent, "equivalent": equivalent,
            TIMEOUT: c[TIMEOUT], NO_TESTS: c[NO_TESTS], UNCHECKED: c[UNCHECKED], OTHER: c[OTHER]}
     caught = row[KILLED] + row[TIMEOUT]
-    row["score"] = caught / (row["mutants"] - equivalent) if row["mutants"] > equivalent else None
-    row["raw"] = caught / row["mutants"] if row["mutants"] else None
+    checked = row["mutants"] - row[UNCHECKED]
+    row["score"] = caught / (checked - equivalent) if checked > equivalent else None
+    row["raw"] = caught / checked if checked else None
     return row
 
 
@@ -224,26 +225,26 @@ def _line(mod):
             f"{r[TIMEOUT]} timeout, {r[NO_TESTS]} no tests, {r[UNCHECKED]} unchecked; score {_pct(r['score'])}")
 
 
-def _first_and_last(mod):
+def _history(mod):
     path = workdir(mod) / "history.jsonl"
     if not path.exists():
-        return None, 0
-    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return runs, sum(r["seconds"] for r in runs)
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def summary(markdown=False, include_all=False):
     modules = load_modules()
     head = ["module", "mutants", "killed", "survived", "equivalent", "timeout", "no tests", "unchecked", "score",
-            "raw", "run time"]
+            "raw", "last run"]
     rows = []
     for name, mod in modules.items():
         if not meta_path(mod).exists() and not (include_all or mod.get("ready")):
             continue
         r = counts(mod)
-        runs, seconds = _first_and_last(mod)
+        runs = _history(mod)
         rows.append([name, r["mutants"], r[KILLED], r[SURVIVED], r["equivalent"], r[TIMEOUT], r[NO_TESTS],
-                     r[UNCHECKED], _pct(r["score"]), _pct(r["raw"]), f"{seconds / 60:.0f} min" if runs else "-"])
+                     r[UNCHECKED], _pct(r["score"]), _pct(r["raw"]),
+                     f"{runs[-1]['seconds'] / 60:.0f} min ({runs[-1]['kind']})" if runs else "-"])
     if markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "|".join(" --- " for _ in head) + "|")
@@ -253,8 +254,8 @@ def summary(markdown=False, include_all=False):
         widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
         for row in [head] + rows:
             print("  ".join(str(x).rjust(w) if i else str(x).ljust(w) for i, (x, w) in enumerate(zip(row, widths))))
-    print("score = (killed + timeout) / (mutants - equivalent); raw = (killed + timeout) / mutants; "
-          "equivalent = survivors listed in tests/mutation/SURVIVORS.md")
+    print("score = (killed + timeout) / (checked - equivalent); raw = (killed + timeout) / checked; "
+          "checked = mutants - unchecked; equivalent = survivors listed in tests/mutation/SURVIVORS.md")
     alive = {k for mod in modules.values() for k, c in verdicts(mod).items() if _VERDICT.get(c, OTHER) == SURVIVED}
     recorded = {k for mod in modules.values() for k in verdicts(mod)}
     stale = sorted(k for k in listed_survivors() if k in recorded and k not in alive)

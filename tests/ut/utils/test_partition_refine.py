@@ -194,3 +194,14 @@ def test_refine_with_no_work_budget_still_runs_one_exchange_round():
     w = np.array([9.0, 8, 1, 2])
     assign = pr.refine_assignment(w, np.array([0, 0, 1, 1]), 2, work=0)
     assert _loads(w, assign, 2).max() < 17.0
+
+
+def test_work_budget_bounds_the_search_steps():
+    """Eight items of 5 with 25 / 5 / 5 / 5: one exchange round cannot help, each step moves one item.
+    A budget that covers the exchange round and is then barely positive allows exactly one step."""
+    w, n = np.full(8, 5.0), 8
+    start = np.array([0, 0, 0, 0, 0, 1, 2, 3])
+    one = pr.refine_assignment(w, start.copy(), 4, work=64 * n + 1)
+    assert _loads(w, one, 4).tolist() == [20.0, 10.0, 5.0, 5.0]
+    full = pr.refine_assignment(w, start.copy(), 4)
+    assert _loads(w, full, 4).tolist() == [10.0, 10.0, 10.0, 10.0]
