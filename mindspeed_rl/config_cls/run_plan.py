@@ -104,6 +104,16 @@ class StagePlan:
     def kind(self) -> str:
         return self.stage.kind if self.stage else "dp"
 
+    def check_plan(self, plan: List[List[List[int]]], dp: int, who: str) -> None:
+        """A round's plan of this stage has ``dp`` ranks of ``shares_per_rank`` shares each
+        (the dock checks what it planned, every rank what it got); ValueError naming ``who``."""
+        if len(plan) != dp:
+            raise ValueError(f"{who}: stage '{self.name}' plan has {len(plan)} DP ranks, the layout {dp}")
+        for rank, shares in enumerate(plan):
+            if len(shares) != self.shares_per_rank:
+                raise ValueError(f"{who}: stage '{self.name}' gives DP rank {rank} {len(shares)} shares, the run "
+                                 f"plan {self.shares_per_rank}")
+
     @property
     def is_dp(self) -> bool:
         return self.kind == "dp"

@@ -18,7 +18,7 @@ from mindspeed_rl.trainer.utils.reward_guard import RewardGuard
 from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
 from mindspeed_rl.utils.checkpoint import Checkpointer
 from mindspeed_rl.utils.loggers import MetricsLogger
-from mindspeed_rl.utils.metrics import imbalance, plan_balance_metrics
+from mindspeed_rl.utils.metrics import balance_key, plan_balance_metrics, rank_balance_metrics
 
 
 def rank_timing_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
@@ -31,19 +31,6 @@ def rank_timing_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
             if key in r:
                 out[f"{key}/rank{int(r['rank'])}"] = r[key]
         out[f"{key}/max"], out[f"{key}/min"] = max(values), min(values)
-    return out
-
-
-def rank_balance_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
-    """What each DP rank actually processed per stage (from its TP source):
-    ``dp_balance/<stage>/rank<k>`` and ``rank_imbalance`` = max / mean - 1."""
-    out = {}
-    for key in sorted({k for r in results for k in r if k.startswith("load/")}):
-        stage = key[len("load/"):]
-        loads = {int(r["dp_rank"]): r[key] for r in results if key in r and r["tp_rank"] == 0}
-        for dp_rank, load in sorted(loads.items()):
-            out[f"dp_balance/{stage}/rank{dp_rank}"] = load
-        out[f"dp_balance/{stage}/rank_imbalance"] = imbalance(list(loads.values()))
     return out
 
 
@@ -278,9 +265,9 @@ class RayGRPOTrainer(RayBaseTrainer):
         def get(key, fmt="{:.3f}"):
             return fmt.format(m[key]) if key in m else "-"
         balance = " ".join(
-            f"{stage}:imb={get(f'dp_balance/{stage}/rank_imbalance', '{:.2%}')}"
-            f"(random {get(f'dp_balance/{stage}/rank_imbalance_random', '{:.2%}')})"
-            for stage in BALANCED_STAGES if f"dp_balance/{stage}/rank_imbalance" in m)
+            f"{stage}:imb={get(balance_key(stage, 'rank_imbalance'), '{:.2%}')}"
+            f"(random {get(balance_key(stage, 'rank_imbalance_random'), '{:.2%}')})"
+            for stage in BALANCED_STAGES if balance_key(stage, "rank_imbalance") in m)
         return (f"iter {iteration}: reward={get('reward/mean')} resp_len={get('response_length/mean', '{:.2f}')} "
                 f"loss={get('actor/pg_loss', '{:.4f}')} kl={get('actor/kl', '{:.4f}')} "
                 f"update max/min rank s={get(f'timing/{TRAIN.name}/max', '{:.2f}')}/"

@@ -86,6 +86,24 @@ class Metric:
 # ---------------------------------------------------------------- DP balance: one definition
 
 
+def balance_key(consumer: str, stat: str) -> str:
+    """``dp_balance/<consumer>/<stat>``: every DP-balance record's key (the planner's, the ranks', the console's)."""
+    return f"dp_balance/{consumer}/{stat}"
+
+
+def rank_balance_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
+    """What each DP rank actually processed per stage (``load/<stage>`` of its TP source, tp_rank 0):
+    ``rank<k>`` and ``rank_imbalance`` = max / mean - 1."""
+    out = {}
+    for key in sorted({k for r in results for k in r if k.startswith("load/")}):
+        stage = key[len("load/"):]
+        loads = {int(r["dp_rank"]): r[key] for r in results if key in r and r["tp_rank"] == 0}
+        for dp_rank, load in sorted(loads.items()):
+            out[balance_key(stage, f"rank{dp_rank}")] = load
+        out[balance_key(stage, "rank_imbalance")] = imbalance(list(loads.values()))
+    return out
+
+
 def per_rank(values, ranks) -> List[float]:
     """Per-share values summed per DP rank (``ranks[s]`` = the rank share ``s`` goes to)."""
     if len(values) != len(ranks):
@@ -109,4 +127,4 @@ def plan_balance_metrics(plans: List[dict]) -> Dict[str, float]:
     per_consumer: Dict[str, List[float]] = {}
     for plan in plans:
         per_consumer.setdefault(plan["consumer"], []).append(imbalance(plan_loads(plan, "random_loads")))
-    return {f"dp_balance/{c}/rank_imbalance_random": sum(v) / len(v) for c, v in per_consumer.items()}
+    return {balance_key(c, "rank_imbalance_random"): sum(v) / len(v) for c, v in per_consumer.items()}

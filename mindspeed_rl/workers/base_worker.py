@@ -94,13 +94,8 @@ class BaseWorker(UpstreamWorkerIO):
         stage = self.run_plan.stages.get(name)
         if stage is None or not stage.is_dp:
             raise ValueError(f"rank {self.rank}: the run plan has no DP stage '{name}'")
-        if len(plan) != self.parallel_state.dp_size:
-            raise ValueError(f"rank {self.rank}: stage '{name}' plan has {len(plan)} DP ranks, the layout "
-                             f"{self.parallel_state.dp_size}")
+        stage.check_plan(plan, self.parallel_state.dp_size, f"rank {self.rank}")
         shares = plan[self.parallel_state.dp_rank]
-        if len(shares) != stage.shares_per_rank:
-            raise ValueError(f"rank {self.rank}: stage '{name}' expects {stage.shares_per_rank} shares per "
-                             f"rank, got {len(shares)}")
         batches, start = [], 0
         for share in shares:
             batches.append({c: batch[c][start:start + len(share)] for c in stage.inputs})

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from mindspeed_rl.utils.metrics import balance_key
 from mindspeed_rl.utils.seqlen_balancing import METHODS, get_seqlen_balanced_partitions, imbalance
 from mindspeed_rl.utils.workload import OBJECTIVES, WorkloadModel
 
@@ -126,13 +127,6 @@ class BalancePlanner:
                              "sizes": sizes.tolist()})
         if metrics is None:
             return
-        prefix = f"dp_balance/{consumer}"
-        values = {
-            f"{prefix}/imbalance": imbalance(loads),
-            f"{prefix}/imbalance_random": imbalance(random_loads),
-            f"{prefix}/max_load": loads.max(),
-            f"{prefix}/min_load": loads.min(),
-            f"{prefix}/mean_load": mean,
-            f"{prefix}/shares": len(parts),
-        }
-        metrics.update(value={k: [float(v)] for k, v in values.items()}, cumulate=True)
+        values = {"imbalance": imbalance(loads), "imbalance_random": imbalance(random_loads),
+                  "max_load": loads.max(), "min_load": loads.min(), "mean_load": mean, "shares": len(parts)}
+        metrics.update(value={balance_key(consumer, k): [float(v)] for k, v in values.items()}, cumulate=True)

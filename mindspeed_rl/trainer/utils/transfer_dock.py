@@ -242,13 +242,11 @@ class DriverDock:
         n_shares = None if n_rows == full else dp * stage.shares_per_rank
         shares = self.planner.make_plan(name, all_rows, stage.rows_per_share, self._row_lengths(stage.cost_columns),
                                         self.metrics, balanced=stage.balanced, n_shares=n_shares)
-        if len(shares) != dp * stage.shares_per_rank:
-            raise RuntimeError(f"plan_stage('{name}'): the plan has {len(shares)} shares, the run plan "
-                               f"expects {dp * stage.shares_per_rank}")
         if self.planner.history:  # for reports: which DP rank each share goes to
             self.planner.history[-1]["ranks"] = [s % dp for s in range(len(shares))]
         rows = [u.tolist() for u in shares]
-        plan = [[rows[k * dp + r] for k in range(stage.shares_per_rank)] for r in range(dp)]
+        plan = [rows[r::dp] for r in range(dp)]  # share s to rank s % dp, in order
+        stage.check_plan(plan, dp, f"plan_stage('{name}')")
         self._stage_plans[name] = plan
         return plan
 

@@ -261,7 +261,7 @@ def test_run_stage_checks_the_share_count(local):
     _fill(dock, cfgs.plan)
     train = StageGroup.of(cfgs.plan.stages[TRAIN.name])
     plan, batch, _ = dock.dispatch(train)
-    with pytest.raises(ValueError, match="expects 2 shares per rank, got 1"):
+    with pytest.raises(ValueError, match="gives DP rank 0 1 shares, the run plan 2"):
         w0.run_stage(train, [plan[0][:1], plan[1]], batch)
     with pytest.raises(ValueError, match="plan has 1 DP ranks"):
         w0.run_stage(train, plan[:1], batch)
