@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.trainer.utils.transfer_dock import DriverDock, group_rows
 
 # upstream's columns of the GRPO dock (a run plan adds its stages' outputs)
 DEFAULT_COLUMNS = [
@@ -216,7 +216,7 @@ class PullDock(TransferDock):
         else:
             self.planner.drop(consumer)  # rows taken outside the plan make it stale
             units = usable[torch.randperm(usable.numel(), generator=self._generator)[:needed]]
-        rows = (units[:, None] * unit + torch.arange(unit)).reshape(-1)
+        rows = group_rows(units, unit)
         self.experience_consumer_status[consumer][rows] = 1
         return rows
 

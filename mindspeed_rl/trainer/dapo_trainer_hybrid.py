@@ -20,7 +20,7 @@ import torch
 
 from mindspeed_rl.config_cls.stages import FILTER_METRIC
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.trainer.utils.transfer_dock import DriverDock, group_rows
 
 # per-rank keys that add up over the rollout batches of one iteration
 _ADDITIVE = ("timing/", "tokens/", "load/")
@@ -129,7 +129,7 @@ class RayDAPOTrainer(RayGRPOTrainer):
         self._counts["dropped"] += stage.rows_per_share // n - int(keep.numel())
         keep = keep[:max(needed, 0)]
         if keep.numel():
-            rows = (keep[:, None] * n + torch.arange(n)).reshape(-1).tolist()
+            rows = group_rows(keep, n).tolist()
             carried = [c for c in stage.inputs if c != FILTER_METRIC]
             got = td.get_rows(carried, rows)
             for column in carried:

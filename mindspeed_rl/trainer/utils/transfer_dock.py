@@ -35,6 +35,12 @@ PROMPT_COLUMNS = ("prompts", "prompt_length")
 LENGTH_COLUMNS = ("prompt_length", "response_length", "input_ids_length")
 
 
+def group_rows(groups, n: int) -> Tensor:
+    """The rows of GRPO groups ``groups``, group by group (group g holds rows n*g .. n*g+n-1)."""
+    groups = torch.as_tensor(groups, dtype=torch.int64).reshape(-1)
+    return (groups[:, None] * n + torch.arange(n)).reshape(-1)
+
+
 def _rows_of(shares: List[List[int]]) -> Tensor:
     """A DP rank's rows: its shares of a plan, concatenated."""
     return torch.tensor([r for share in shares for r in share], dtype=torch.int64)

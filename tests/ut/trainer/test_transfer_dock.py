@@ -332,3 +332,10 @@ def test_resumed_dock_continues_the_round_count():
     again.set_round(3)
     again.clear()
     assert _random_round(resumed) == _random_round(again)
+
+
+def test_group_rows_lists_each_groups_rows_in_order():
+    from mindspeed_rl.trainer.utils.transfer_dock import group_rows
+    assert group_rows([2, 0], 3).tolist() == [6, 7, 8, 0, 1, 2]
+    assert group_rows(torch.tensor([1]), 1).tolist() == [1]
+    assert group_rows([], 4).tolist() == []
