@@ -44,13 +44,11 @@ def _check_model_folder(path: str, tiny_model_dir: str = None, tokenizer_path: s
         raise ValueError(f"model folder {path!r} lacks {' and '.join(missing)}")
 
 
-def _checkpoint(actor):
-    """(iteration folder, iteration) when ``load`` names a checkpoint of ours, else None; checked
-    before Ray starts (``checkpoint.find``: every shard file, the trainer state, the fallback)."""
-    from mindspeed_rl.utils.checkpoint import find, is_checkpoint
-    if not (actor.load and is_checkpoint(actor.load)):
-        return None
-    return find(actor.load, weights_only=actor.finetune)
+def _resume(actor, world_size=None):
+    """The checkpoint of ours that ``load`` names (``checkpoint.open_resume``: every shard file, the
+    trainer state, the fallback, and what the resume asks for), else None; before Ray starts."""
+    from mindspeed_rl.utils.checkpoint import open_resume
+    return open_resume(actor.load, actor.finetune, actor.no_load_optim, actor.no_load_rng, world_size)
 
 
 def _check_save_folder(save: str) -> None:
@@ -112,11 +110,9 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     check_against_checkpoint(actor, actor.model_path)
     tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path,
                                               trust_remote_code=gen.trust_remote_code)
-    from mindspeed_rl.utils.checkpoint import check_resumable, resume_state
-    checkpoint = _checkpoint(actor)
-    if checkpoint is not None and not actor.finetune:  # what the resume asks for is there, before Ray
-        check_resumable(checkpoint[0], not actor.no_load_optim, not actor.no_load_rng, cfgs.plan.layout.world_size)
-    state = resume_state(checkpoint, weights_only=actor.finetune)
+    from mindspeed_rl.utils.checkpoint import FRESH_STATE
+    resume = _resume(actor, cfgs.plan.layout.world_size)
+    state = resume.state if resume is not None else dict(FRESH_STATE)
     _check_save_folder(actor.save)
     from mindspeed_rl.utils.loggers import check_run_folder
     from mindspeed_rl.utils.run_lock import RunLocks
@@ -128,7 +124,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
         data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
         print(cfgs.plan.worker.rollout.describe())
         print(f"run plan: {cfgs.plan.summary()}")
-        return _train(cfgs, tokenizer, data, checkpoint, state, output_dir)
+        return _train(cfgs, tokenizer, data, resume, state, output_dir)
 
 
 def trainer_class(stage):
@@ -150,8 +146,8 @@ def worker_classes():
     return {"actor": IntegratedWorker, "critic": CriticWorker}
 
 
-def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
-    """Train from ``state`` (``checkpoint.resume_state`` of ``checkpoint``, read before Ray started)."""
+def _train(cfgs, tokenizer, data, resume, state, output_dir):
+    """Train from ``state`` (``resume.state``, read before Ray started, or a fresh run's)."""
     from mindspeed_rl.models.rule_reward import VerifierReward
     from mindspeed_rl.utils.checkpoint import Checkpointer
     from mindspeed_rl.utils.loggers import MetricsLogger
@@ -168,7 +164,7 @@ def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
     ok = False
     start = state["iteration"]
     logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard, resume_from=start,
-                           checkpoint=checkpoint[0] if checkpoint else None)
+                           checkpoint=resume.folder if resume else None)
     reward = VerifierReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
                         parallel=rl.verifier_parallel, timeout=rl.verifier_timeout)
     try:
@@ -178,13 +174,11 @@ def _train(cfgs, tokenizer, data, checkpoint, state, output_dir):
             groups[role] = RayActorGroup(classes[role], plan.for_group(role))
             groups[role].initialize(weights[role], eos_id, pad_id)
         group = groups["actor"]
-        if checkpoint is not None:
+        if resume is not None:
             def load_workers(*args):
                 for g in groups.values():
                     g.load_checkpoint(*args)
-            state = Checkpointer(actor.load, load_workers=load_workers).restore(
-                checkpoint, weights_only=actor.finetune, with_optimizer=not actor.no_load_optim,
-                with_rng=not actor.no_load_rng)
+            state = Checkpointer(actor.load, load_workers=load_workers).restore(resume)
         logger.start()  # a resumed run's records are cut and marked only once its checkpoint loaded
         extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]
         trainer = trainer_class(actor.stage)(

@@ -34,7 +34,7 @@ from mindspeed_rl.config_cls.rl_config import RLConfig
 from mindspeed_rl.config_cls.run_plan import RunPlan, build_run_plan
 from mindspeed_rl.config_cls.unimplemented import check_keys
 from mindspeed_rl.config_cls.validate_config import check_rl_args, write_derived
-from mindspeed_rl.utils.checkpoint import CheckpointError, is_checkpoint, resolve
+from mindspeed_rl.utils.checkpoint import CheckpointError, load_kind, resolve
 from mindspeed_rl.utils.megatron_format import megatron_load_error
 
 REPO_MODEL_DIR = Path(__file__).resolve().parents[2] / "configs" / "model"
@@ -296,8 +296,7 @@ def _weights_from_load(cfg):
         message = megatron_load_error("megatron_training.load", cfg.load, cfg.tokenizer_name_or_path)
         if message:
             raise ConfigError(message)
-        weights_only = cfg.finetune or (cfg.no_load_optim and cfg.no_load_rng)
-        if not weights_only or is_checkpoint(cfg.load):
+        if load_kind(cfg.load, cfg.finetune, cfg.no_load_optim, cfg.no_load_rng) != "hf":
             try:
                 resolve(cfg.load)
             except CheckpointError as err:

@@ -15,6 +15,7 @@ import random
 import shutil
 import socket
 import uuid
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
@@ -139,18 +140,25 @@ def find(load: str, weights_only: bool = False, deep: bool = True) -> Tuple[str,
     finished (``incomplete``). A damaged newest iteration of a save root falls
     back to the newest intact older one, and says so; a named iteration folder
     never falls back. Raises CheckpointError naming the file."""
+    folder, iteration, _ = _find(load, weights_only, deep)
+    return folder, iteration
+
+
+def _find(load: str, weights_only: bool, deep: bool) -> Tuple[str, int, Optional[dict]]:
+    """``find``, with the chosen folder's trainer state as its check read it (None: not read)."""
     folder, iteration = _named(load)
-    check = (lambda f: damage(f, weights_only)) if deep else incomplete
-    problem = check(folder)
+    check = (lambda f: _inspect(f, weights_only)) if deep else (lambda f: (incomplete(f), None))
+    problem, state = check(folder)
     if problem is None:
-        return folder, iteration
+        return folder, iteration, state
     if os.path.normpath(folder) == os.path.normpath(load):
         raise CheckpointError(f"checkpoint {folder!r} of iteration {iteration} cannot be loaded: {problem}")
     for older in sorted((i for i in _iterations(load) if i < iteration), reverse=True):
-        if check(iteration_dir(load, older)) is None:
+        older_problem, state = check(iteration_dir(load, older))
+        if older_problem is None:
             print(f"warning: checkpoint {folder!r} cannot be loaded ({problem}); resuming from the previous "
                   f"intact iteration {older}", flush=True)
-            return iteration_dir(load, older), older
+            return iteration_dir(load, older), older, state
     raise CheckpointError(f"checkpoint {folder!r} of iteration {iteration} (named by the tracker) cannot be "
                           f"loaded: {problem}; no older intact iteration in {load!r}")
 
@@ -164,35 +172,37 @@ def damage(folder: str, weights_only: bool = False) -> Optional[str]:
     """What makes a checkpoint folder unloadable, naming the file (None when intact): an unfinished
     save, a missing or unreadable trainer state (not needed with ``weights_only``), DCP metadata, or a
     shard file that is missing or shorter than the metadata says."""
+    return _inspect(folder, weights_only)[0]
+
+
+def _inspect(folder: str, weights_only: bool) -> Tuple[Optional[str], Optional[dict]]:
+    """(``damage``'s answer, the trainer state it read: None with ``weights_only``)."""
     problem = incomplete(folder)
     if problem:
-        return problem
+        return problem, None
+    state = None
     if not weights_only:
-        path = os.path.join(folder, STATE)
         try:
-            with open(path, "rb") as f:
-                state = json.loads(f.read().decode("utf-8"))
-        except (OSError, ValueError) as err:
-            return f"{path} is not readable JSON ({type(err).__name__}: {' '.join(str(err).split())[:120]})"
-        if not isinstance(state, dict) or "kl_coef" not in state:
-            return f"{path} holds no trainer state (no 'kl_coef')"
+            state = read_state(folder)
+        except CheckpointError as err:
+            return str(err), None
     dcp_dir = os.path.join(folder, DCP_DIR)
     try:
         from torch.distributed.checkpoint import FileSystemReader
         metadata = FileSystemReader(dcp_dir).read_metadata()
     except Exception as err:  # noqa: BLE001  (pickle errors of a damaged file)
-        return f"{os.path.join(dcp_dir, '.metadata')} is not readable ({type(err).__name__})"
+        return f"{os.path.join(dcp_dir, '.metadata')} is not readable ({type(err).__name__})", None
     need: Dict[str, int] = {}
     for info in (metadata.storage_data or {}).values():
         need[info.relative_path] = max(need.get(info.relative_path, 0), info.offset + info.length)
     for name, size in sorted(need.items()):
         path = os.path.join(dcp_dir, name)
         if not os.path.isfile(path):
-            return f"shard {path} is missing"
+            return f"shard {path} is missing", None
         have = os.path.getsize(path)
         if have < size:
-            return f"shard {path} is truncated ({have} of {size} bytes)"
-    return None
+            return f"shard {path} is truncated ({have} of {size} bytes)", None
+    return None, state
 
 
 def incomplete(folder: str):
@@ -210,12 +220,18 @@ def _iterations(root: str):
 
 
 def read_state(folder: str) -> dict:
+    """The trainer state saved in ``folder``; CheckpointError naming the file when it is not
+    readable JSON or holds no trainer state."""
     path = os.path.join(folder, STATE)
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            state = json.loads(f.read().decode("utf-8"))
     except (OSError, ValueError) as err:
-        raise CheckpointError(f"checkpoint state {path!r} could not be read: {err}") from err
+        raise CheckpointError(f"{path} is not readable JSON ({type(err).__name__}: "
+                              f"{' '.join(str(err).split())[:120]})") from None
+    if not isinstance(state, dict) or "kl_coef" not in state:
+        raise CheckpointError(f"{path} holds no trainer state (no 'kl_coef')")
+    return state
 
 
 def _owner() -> str:
@@ -250,18 +266,61 @@ def remove_stale_partial_saves(root: str) -> list:
     return removed
 
 
-def resume_state(found: Optional[Tuple[str, int]], weights_only: bool = False) -> dict:
-    """The driver's state to continue from: ``iteration``, ``data_position``
-    (prompt batches taken; DAPO's refills take more than one per iteration),
-    and ``kl_coef`` (absent: the configured one). A fresh run, or
-    ``weights_only``, starts at 0. Other keys of the saved state (an older
-    version's ``dock_round``) are ignored."""
-    if found is None or weights_only:
-        return {"iteration": 0, "data_position": 0}
-    folder, iteration = found
-    state = read_state(folder)
-    return {"iteration": iteration, "kl_coef": state["kl_coef"],
-            "data_position": int(state.get("data_position", iteration))}
+FRESH_STATE = {"iteration": 0, "data_position": 0}
+
+
+def driver_state(iteration: int, saved: dict) -> dict:
+    """The driver's state to continue from a saved trainer state: ``iteration``,
+    ``data_position`` (prompt batches taken; DAPO's refills take more than one per
+    iteration) and ``kl_coef``. Other saved keys (an older version's ``dock_round``)
+    are ignored; a state without ``data_position`` counts one batch per iteration."""
+    return {"iteration": iteration, "kl_coef": saved["kl_coef"],
+            "data_position": int(saved.get("data_position", iteration))}
+
+
+def load_kind(load: Optional[str], finetune: bool, no_load_optim: bool, no_load_rng: bool) -> Optional[str]:
+    """What ``megatron_training.load`` asks for (the one place that decides it):
+    'resume' (a checkpoint of ours, continued), 'finetune' (its weights only, from
+    iteration 0), 'hf' (not a checkpoint of ours: HF weights to start from, allowed
+    for a load that keeps no optimizer or RNG state: finetune, or no_load_optim and
+    no_load_rng as upstream's configs give), None without a load. A load that is
+    neither a checkpoint nor allowed as weights is 'resume' (``find`` names what is wrong)."""
+    if load is None:
+        return None
+    if is_checkpoint(load):
+        return "finetune" if finetune else "resume"
+    return "hf" if finetune or (no_load_optim and no_load_rng) else "resume"
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A checkpoint of ours to load, found and checked before any worker starts (``open_resume``).
+    ``state``: the driver's state to continue from (``FRESH_STATE`` for a finetune)."""
+    folder: str
+    iteration: int
+    finetune: bool = False
+    with_optimizer: bool = True
+    with_rng: bool = True
+    state: dict = field(default_factory=lambda: dict(FRESH_STATE))
+
+
+def open_resume(load: Optional[str], finetune: bool = False, no_load_optim: bool = False,
+                no_load_rng: bool = False, world_size: Optional[int] = None) -> Optional[Resume]:
+    """The checkpoint ``load`` names as a ``Resume`` (None when there is none to load: no load, or
+    HF weights): found with every shard and the trainer state checked (``find``; the state read
+    once), and for a resume what it asks for checked to be there (``check_resumable``, given
+    ``world_size``). Raises CheckpointError naming the file."""
+    kind = load_kind(load, finetune, no_load_optim, no_load_rng)
+    if kind not in ("resume", "finetune"):
+        return None
+    if kind == "finetune":
+        folder, iteration, _ = _find(load, weights_only=True, deep=True)
+        return Resume(folder, iteration, finetune=True, with_optimizer=False, with_rng=False)
+    folder, iteration, saved = _find(load, weights_only=False, deep=True)
+    if world_size is not None:
+        check_resumable(folder, not no_load_optim, not no_load_rng, world_size)
+    return Resume(folder, iteration, with_optimizer=not no_load_optim, with_rng=not no_load_rng,
+                  state=driver_state(iteration, saved))
 
 
 def resume_line(folder: str, iteration: int, weights_only: bool, with_optimizer: bool, with_rng: bool) -> str:
@@ -311,26 +370,23 @@ class Checkpointer:
     sharded state and RNG streams (``save_workers(folder)`` /
     ``load_workers(folder, iteration, with_optimizer, with_rng)``) and the
     driver's state dict (trainer: iteration, KL coefficient, data position).
-    Loading: ``find`` the folder (before any worker starts),
-    then ``restore``."""
+    Loading: ``open_resume`` (before any worker starts), then ``restore``."""
 
     def __init__(self, root: str, save_workers: Callable[[str], object] = None,
                  load_workers: Callable[[str, int, bool, bool], object] = None):
         self.root, self.save_workers, self.load_workers = root, save_workers, load_workers
 
-    def restore(self, found: Tuple[str, int], weights_only: bool = False, with_optimizer: bool = True,
-                with_rng: bool = True) -> dict:
-        """Load ``found`` (``find``'s answer) into the workers; returns
-        ``resume_state``. ``weights_only`` (Megatron's finetune): the weights
-        alone, from iteration 0."""
-        folder, iteration = found
-        state = resume_state(found, weights_only)
-        if weights_only:
-            self.load_workers(folder, 0, False, False)
+    def restore(self, resume: Resume) -> dict:
+        """Load ``resume`` (``open_resume``'s answer) into the workers, say in one line what was
+        restored and what was left behind; returns the driver's state to continue from.
+        A finetune loads the weights alone and starts at iteration 0."""
+        if resume.finetune:
+            self.load_workers(resume.folder, 0, False, False)
         else:
-            self.load_workers(folder, iteration, with_optimizer, with_rng)
-        print(resume_line(folder, iteration, weights_only, with_optimizer, with_rng), flush=True)
-        return state
+            self.load_workers(resume.folder, resume.iteration, resume.with_optimizer, resume.with_rng)
+        print(resume_line(resume.folder, resume.iteration, resume.finetune, resume.with_optimizer,
+                          resume.with_rng), flush=True)
+        return dict(resume.state)
 
     def save(self, iteration: int, state: dict) -> str:
         """Write iteration ``iteration``: into a temporary folder, fsync, rename

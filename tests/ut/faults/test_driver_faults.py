@@ -160,24 +160,29 @@ def _save(root, iteration):
 
 class _Actor:
     def __init__(self, load, finetune=False):
-        self.load, self.finetune = load, finetune
+        self.load, self.finetune, self.no_load_optim, self.no_load_rng = load, finetune, False, False
+
+
+def _found(actor):
+    resume = train_grpo._resume(actor)
+    return resume.folder, resume.iteration
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_truncated_shard_is_named_and_resume_falls_back_to_the_previous_iteration(tmp_path, capsys):
     _save(tmp_path, 1)
     newest = _save(tmp_path, 2)
-    assert train_grpo._checkpoint(_Actor(str(tmp_path))) == (newest, 2)
+    assert _found(_Actor(str(tmp_path))) == (newest, 2)
     shard = os.path.join(newest, ckpt.DCP_DIR, "__0_0.distcp")
     size = os.path.getsize(shard)
     with open(shard, "r+b") as f:
         f.truncate(size // 2)
-    assert train_grpo._checkpoint(_Actor(str(tmp_path))) == (ckpt.iteration_dir(str(tmp_path), 1), 1)
+    assert _found(_Actor(str(tmp_path))) == (ckpt.iteration_dir(str(tmp_path), 1), 1)
     out = capsys.readouterr().out
     assert f"shard {shard} is truncated ({size // 2} of {size} bytes)" in out
     assert "resuming from the previous intact iteration 1" in out
     with pytest.raises(ckpt.CheckpointError, match=r"cannot be loaded: shard .*__0_0.distcp is truncated"):
-        train_grpo._checkpoint(_Actor(newest))  # an iteration folder named by the user: no fallback
+        _found(_Actor(newest))  # an iteration folder named by the user: no fallback
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -185,12 +190,12 @@ def test_empty_state_and_non_utf8_tracker_name_the_file(tmp_path):
     folder = _save(tmp_path, 1)
     open(os.path.join(folder, ckpt.STATE), "w").close()
     with pytest.raises(ckpt.CheckpointError, match=r"trainer_state.json is not readable JSON"):
-        train_grpo._checkpoint(_Actor(str(tmp_path)))
-    assert train_grpo._checkpoint(_Actor(str(tmp_path), finetune=True)) == (folder, 1)  # weights only
+        _found(_Actor(str(tmp_path)))
+    assert _found(_Actor(str(tmp_path), finetune=True)) == (folder, 1)  # weights only
     with open(os.path.join(tmp_path, ckpt.TRACKER), "wb") as f:
         f.write(b"\xff\xfe1\n")
     with pytest.raises(ckpt.CheckpointError, match=r"latest_checkpointed_iteration.txt should hold an iteration"):
-        train_grpo._checkpoint(_Actor(str(tmp_path)))
+        _found(_Actor(str(tmp_path)))
 
 
 # ------------------------------------------------------------------ the CLI's closing line

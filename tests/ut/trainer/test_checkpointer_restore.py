@@ -1,4 +1,4 @@
-"""Checkpointer.restore: the workers load the folder ``find`` chose, and the driver continues
+"""open_resume and Checkpointer.restore: the workers load the folder ``find`` chose, and the driver continues
 from the state saved with it (iteration, KL coefficient, data position)."""
 import os
 
@@ -22,61 +22,102 @@ def _saved(root, iteration, **state):
     return folder
 
 
+def _with_dcp(folder):
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": {"w": torch.ones(2)}}, checkpoint_id=os.path.join(folder, ckpt.DCP_DIR))
+    return folder
+
+
 def test_restore_loads_the_workers_and_returns_the_saved_driver_state(tmp_path):
-    folder = _saved(tmp_path, 6, kl_coef=0.25, data_position=9)
+    folder = _with_dcp(_saved(tmp_path, 6, kl_coef=0.25, data_position=9))
+    ckpt.write_tracker(str(tmp_path), 6)
+    resume = ckpt.open_resume(str(tmp_path), no_load_optim=True)
+    assert resume == ckpt.Resume(folder, 6, with_optimizer=False, with_rng=True,
+                                 state={"iteration": 6, "kl_coef": 0.25, "data_position": 9})
     workers = _Workers()
-    state = ckpt.Checkpointer(str(tmp_path), load_workers=workers.load).restore(
-        (folder, 6), with_optimizer=False, with_rng=True)
+    state = ckpt.Checkpointer(str(tmp_path), load_workers=workers.load).restore(resume)
     assert workers.calls == [(folder, 6, False, True)]
     assert state == {"iteration": 6, "kl_coef": 0.25, "data_position": 9}
 
 
-def test_an_old_state_with_a_dock_round_still_loads(tmp_path):
+def test_the_trainer_state_is_read_once(tmp_path, monkeypatch):
+    _with_dcp(_saved(tmp_path, 2, kl_coef=0.5, data_position=2))
+    ckpt.write_tracker(str(tmp_path), 2)
+    import builtins
+    opened, real_open = [], builtins.open
+
+    def counting_open(path, *args, **kwargs):
+        if str(path).endswith(ckpt.STATE):
+            opened.append(path)
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", counting_open)
+    resume = ckpt.open_resume(str(tmp_path))
+    ckpt.Checkpointer(str(tmp_path), load_workers=_Workers().load).restore(resume)
+    assert len(opened) == 1 and resume.state["kl_coef"] == 0.5
+
+
+def test_an_old_state_with_a_dock_round_still_loads():
     # versions before the stage runner saved the dock's round count too; it follows from data_position
-    folder = _saved(tmp_path, 6, kl_coef=0.25, data_position=9, dock_round=6)
-    assert ckpt.resume_state((folder, 6)) == {"iteration": 6, "kl_coef": 0.25, "data_position": 9}
+    assert ckpt.driver_state(6, {"kl_coef": 0.25, "data_position": 9, "dock_round": 6}) == \
+        {"iteration": 6, "kl_coef": 0.25, "data_position": 9}
 
 
-def test_an_old_state_without_data_position_counts_one_batch_per_iteration(tmp_path):
-    folder = _saved(tmp_path, 4, kl_coef=0.5)
-    state = ckpt.resume_state((folder, 4))
+def test_an_old_state_without_data_position_counts_one_batch_per_iteration():
+    state = ckpt.driver_state(4, {"kl_coef": 0.5})
     assert state["data_position"] == 4 and state["kl_coef"] == 0.5
 
 
 def test_weights_only_starts_at_zero_and_never_reads_the_state(tmp_path):
-    folder = _saved(tmp_path, 3, kl_coef=0.5, data_position=7)
+    folder = _with_dcp(_saved(tmp_path, 3, kl_coef=0.5, data_position=7))
+    ckpt.write_tracker(str(tmp_path), 3)
     open(os.path.join(folder, ckpt.STATE), "w").close()  # unreadable: finetune does not need it
+    resume = ckpt.open_resume(str(tmp_path), finetune=True)
+    assert resume == ckpt.Resume(folder, 3, finetune=True, with_optimizer=False, with_rng=False,
+                                 state=ckpt.FRESH_STATE)
     workers = _Workers()
-    state = ckpt.Checkpointer(str(tmp_path), load_workers=workers.load).restore((folder, 3), weights_only=True)
+    state = ckpt.Checkpointer(str(tmp_path), load_workers=workers.load).restore(resume)
     assert workers.calls == [(folder, 0, False, False)]
     assert state == {"iteration": 0, "data_position": 0}
     with pytest.raises(ckpt.CheckpointError, match="trainer_state.json"):
-        ckpt.Checkpointer(str(tmp_path), load_workers=workers.load).restore((folder, 3))
-    assert len(workers.calls) == 1  # a bad state is found before any worker loads
+        ckpt.open_resume(str(tmp_path))  # a resume needs it: refused before any worker loads
 
 
-def test_a_fresh_run_starts_from_zero():
-    assert ckpt.resume_state(None) == {"iteration": 0, "data_position": 0}
+def test_what_load_names_is_decided_in_one_place(tmp_path):
+    _saved(tmp_path, 1, kl_coef=0.1)
+    ckpt.write_tracker(str(tmp_path), 1)
+    ours, hf = str(tmp_path), str(tmp_path / "hf")
+    assert ckpt.load_kind(None, False, False, False) is None
+    assert ckpt.load_kind(ours, False, True, True) == "resume"  # upstream's DAPO keys on our checkpoint
+    assert ckpt.load_kind(ours, True, False, False) == "finetune"
+    assert ckpt.load_kind(hf, True, False, False) == "hf"
+    assert ckpt.load_kind(hf, False, True, True) == "hf"
+    assert ckpt.load_kind(hf, False, True, False) == "resume"  # keeps RNG state: must be ours
+    assert ckpt.open_resume(None) is None and ckpt.open_resume(hf, no_load_optim=True, no_load_rng=True) is None
 
 
 def test_resume_says_in_one_line_what_it_restored_and_what_it_left_behind(tmp_path, capsys):
     folder = _saved(tmp_path, 2, kl_coef=0.1, data_position=3)
     loader = ckpt.Checkpointer(str(tmp_path), load_workers=_Workers().load)
-    loader.restore((folder, 2))
+    loader.restore(ckpt.Resume(folder, 2))
     exact = capsys.readouterr().out
     assert exact == (f"resumed from {folder} at iteration 2: restored weights, optimizer state, RNG state, "
                      f"KL coefficient and data position\n")
     # upstream's DAPO configs: no_load_optim and no_load_rng
-    loader.restore((folder, 2), with_optimizer=False, with_rng=False)
+    loader.restore(ckpt.Resume(folder, 2, with_optimizer=False, with_rng=False))
     line = capsys.readouterr().out
     assert line.count("\n") == 1 and "restored weights, KL coefficient and data position" in line
     assert ("left behind: optimizer state (megatron_training.no_load_optim: true), RNG state "
             "(megatron_training.no_load_rng: true): the run does not continue exactly") in line
-    loader.restore((folder, 2), with_optimizer=True, with_rng=False)
+    loader.restore(ckpt.Resume(folder, 2, with_optimizer=True, with_rng=False))
     line = capsys.readouterr().out
     assert "restored weights, optimizer state, KL" in line and "left behind: RNG state (" in line
     assert "optimizer state (megatron_training.no_load_optim" not in line
-    loader.restore((folder, 2), weights_only=True)
+    loader.restore(ckpt.Resume(folder, 2, finetune=True, with_optimizer=False, with_rng=False))
     line = capsys.readouterr().out
     assert line.startswith(f"loaded the weights of {folder} (iteration 2) and started at iteration 0; left "
                            f"behind (megatron_training.finetune: true): optimizer state, RNG state")

@@ -1,6 +1,7 @@
 """Checkpoint files and folders: temporaries live beside their target (atomic renames) under names the
 cleanup can parse, stale partial saves of dead processes are removed and nothing else, iteration
 numbers of any width, and what restore passes to the workers and prints."""
+import json
 import os
 import re
 import signal
@@ -65,7 +66,8 @@ def test_save_works_in_a_temporary_folder_of_the_root_and_renames_within_it(tmp_
                                           os.path.basename([d for s, d in renames if s in old][0]))
     # the replaced folder is gone, nothing temporary is left
     assert sorted(os.listdir(root)) == ["iter_0000002", ckpt.TRACKER]
-    assert ckpt.read_state(ckpt.iteration_dir(root, 2))["kl_coef"] == 0.2
+    with open(os.path.join(ckpt.iteration_dir(root, 2), ckpt.STATE), encoding="utf-8") as f:
+        assert json.load(f)["kl_coef"] == 0.2
 
 
 def test_hostname_dashes_become_underscores_in_temporary_names(tmp_path, monkeypatch):
@@ -162,19 +164,16 @@ class _Loads:
 def test_restore_loads_optimizer_and_rng_by_default_and_says_so(tmp_path, capsys):
     folder = ckpt.iteration_dir(str(tmp_path), 6)
     os.makedirs(folder)
-    ckpt.write_state(folder, {"kl_coef": 0.3, "data_position": 8, "dock_round": 5})
+    saved = {"kl_coef": 0.3, "data_position": 8, "dock_round": 5}
     loads = _Loads()
-    state = ckpt.Checkpointer(str(tmp_path), load_workers=loads).restore((folder, 6))
+    state = ckpt.Checkpointer(str(tmp_path), load_workers=loads).restore(
+        ckpt.Resume(folder, 6, state=ckpt.driver_state(6, saved)))
     assert loads.calls == [(folder, 6, True, True)]
     assert state == {"iteration": 6, "kl_coef": 0.3, "data_position": 8}
     assert capsys.readouterr().out == (f"resumed from {folder} at iteration 6: restored weights, optimizer state, "
                                        "RNG state, KL coefficient and data position\n")
-    ckpt.Checkpointer(str(tmp_path), load_workers=loads).restore((folder, 6), weights_only=True)
+    ckpt.Checkpointer(str(tmp_path), load_workers=loads).restore(
+        ckpt.Resume(folder, 6, finetune=True, with_optimizer=False, with_rng=False))
     assert capsys.readouterr().out == (f"loaded the weights of {folder} (iteration 6) and started at iteration 0; "
                                        "left behind (megatron_training.finetune: true): optimizer state, RNG state, "
                                        "iteration, KL coefficient and data position\n")
-
-
-def test_read_state_error_names_the_file(tmp_path):
-    with pytest.raises(ckpt.CheckpointError, match=r"checkpoint state '.*trainer_state.json' could not be read"):
-        ckpt.read_state(str(tmp_path))
