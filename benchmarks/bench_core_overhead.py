@@ -34,7 +34,7 @@ class StandInEngine:
     def generate(self, prompts, max_new_tokens, seed=0, **kwargs):
         import torch
         rng = np.random.default_rng((seed or 0) % 2 ** 32)
-        return [torch.ones(int(rng.integers(1, max_new_tokens + 1)), dtype=torch.long) for _ in prompts]
+        return [torch.ones(int(rng.integers(1, max_new_tokens + 1)), dtype=torch.int32) for _ in prompts]  # as the engine: int32 ids
 
     def log_probs(self, prompts, responses, micro_batches, temperature=1.0, **kwargs):
         import torch

@@ -9,7 +9,7 @@ import ray
 import torch
 
 from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch, value_rows
 from mindspeed_rl.trainer.utils.compute_utils import data_metrics, reward_stats, score_rows
 
 __all__ = ["compute_advantage", "compute_grpo_data_metrics", "compute_rule_reward", "dock_call", "get_last_reward"]
@@ -26,7 +26,7 @@ def compute_rule_reward(td, reward_fn, total_rows: int) -> Dict[str, float]:
     rows = list(range(total_rows))
     batch = dock_call(td, "get_rows", ["responses", "labels"], rows)
     scores, metrics = score_rows([reward_fn], batch["responses"], batch["labels"])
-    dock_call(td, "put_experience", ColumnBatch({"rm_scores": list(scores.reshape(-1, 1))}), rows)
+    dock_call(td, "put_experience", ColumnBatch(flat={"rm_scores": value_rows(scores)}), rows)
     metrics.update(reward_stats(scores))
     return metrics
 
@@ -39,7 +39,7 @@ def compute_advantage(td, n_samples: int, total_rows: int, adv_estimator: str = 
     batch = dock_call(td, "get_rows", ["rm_scores"], rows)
     scores = torch.cat([s.reshape(1).float() for s in batch["rm_scores"]])
     adv = compute_group_norm_advantages(scores, n_samples)
-    dock_call(td, "put_experience", ColumnBatch({"advantages": list(adv.reshape(-1, 1))}), rows)
+    dock_call(td, "put_experience", ColumnBatch(flat={"advantages": value_rows(adv)}), rows)
 
 
 def get_last_reward(rm_scores: torch.Tensor, n_sample_batch: int) -> torch.Tensor:

@@ -24,6 +24,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import torch
 
 from mindspeed_rl.datasets.toy_tasks import make_prompts
+from mindspeed_rl.utils.token_ids import token_ids
 
 REAL_DATA_OPTIONS = ("map_keys", "prompt_type", "system_prompt", "max_prompt_length", "shuffle", "split")
 
@@ -54,8 +55,7 @@ def prompt_batches(data_path: str, batch_size: int, seed: int, tokenizer=None,
     shuffle = options.get("shuffle", True)
     for step in itertools.count(start):
         rows = batch_rows(len(input_ids), batch_size, seed, step, shuffle)
-        yield {"prompts": [torch.tensor(input_ids[r], dtype=torch.long) for r in rows],
-               "labels": [torch.tensor(labels[r], dtype=torch.long) for r in rows]}
+        yield {"prompts": [token_ids(input_ids[r]) for r in rows], "labels": [token_ids(labels[r]) for r in rows]}
 
 
 def load_prompts(data_path: str, tokenizer=None, map_keys: Optional[Dict[str, str]] = None,
@@ -123,7 +123,7 @@ def _plain_jsonl_batches(data_path: str, batch_size: int, tokenizer, start: int)
                 rows.append(item)
     if len(rows) < batch_size:
         raise ValueError(f"{data_path} has {len(rows)} prompts, fewer than global_batch_size {batch_size}")
-    encode = (lambda text: torch.tensor(tokenizer.encode(text, add_special_tokens=False), dtype=torch.long))
+    encode = (lambda text: token_ids(tokenizer.encode(text, add_special_tokens=False)))
     for first in itertools.count(start * batch_size, batch_size):
         chunk = [rows[(first + i) % len(rows)] for i in range(batch_size)]
         yield {"prompts": [encode(r["prompt"]) for r in chunk], "labels": [encode(r["label"]) for r in chunk]}

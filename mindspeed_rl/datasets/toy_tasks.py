@@ -4,6 +4,7 @@ from typing import Dict, List
 import torch
 
 from mindspeed_rl.models.tiny_model import BOS_ID, MAX_TOY_LENGTH, SEP_ID, length_token
+from mindspeed_rl.utils.token_ids import TOKEN_DTYPE, token_ids
 
 TASKS = ("length", "copy")
 COPY_DIGITS = 3
@@ -24,10 +25,10 @@ def make_prompts(task: str, num_prompts: int, seed: int) -> Dict[str, List[torch
     for _ in range(num_prompts):
         if task == "length":
             length = int(torch.randint(1, MAX_TOY_LENGTH + 1, (1,), generator=gen))
-            prompts.append(torch.tensor([BOS_ID, length_token(length), SEP_ID], dtype=torch.long))
-            labels.append(torch.tensor([length], dtype=torch.long))
+            prompts.append(token_ids([BOS_ID, length_token(length), SEP_ID]))
+            labels.append(token_ids([length]))
         else:
-            digits = torch.randint(0, 10, (COPY_DIGITS,), generator=gen, dtype=torch.long)
-            prompts.append(torch.cat([torch.tensor([BOS_ID]), digits, torch.tensor([SEP_ID])]))
+            digits = torch.randint(0, 10, (COPY_DIGITS,), generator=gen, dtype=torch.long).to(TOKEN_DTYPE)
+            prompts.append(torch.cat([token_ids([BOS_ID]), digits, token_ids([SEP_ID])]))
             labels.append(digits.clone())
     return {"prompts": prompts, "labels": labels}

@@ -34,6 +34,7 @@ from mindspeed_rl.models.packing import (
     response_log_probs_from_logits,
     response_values_from_outputs,
 )
+from mindspeed_rl.utils.token_ids import TOKEN_DTYPE
 
 # loss_fn(sample_indexes, log_probs, entropies) -> (loss_sum, metrics); a value engine passes (indexes, values, None)
 LossFn = Callable[[List[int], List[Tensor], Optional[List[Tensor]]], Tuple[Tensor, Dict[str, float]]]
@@ -422,7 +423,7 @@ class CausalLMEngine:
         seed: Optional[int] = None,
         min_p: float = 0.0,
     ) -> List[Tensor]:
-        """Sample (greedy when temperature == 0) a response per prompt; CPU long tensors.
+        """Sample (greedy when temperature == 0) a response per prompt; CPU int32 tensors (TOKEN_DTYPE).
 
         Each response holds the new tokens up to and including the first EOS, or max_new_tokens tokens.
         Only the given sampling settings apply (the checkpoint's generation_config is ignored).
@@ -461,7 +462,7 @@ class CausalLMEngine:
         finally:
             self.module.generation_config = saved_config
 
-        new_tokens = out[:, width:].cpu()
+        new_tokens = out[:, width:].to("cpu", TOKEN_DTYPE)
         results = []
         for row in new_tokens:
             if eos_id is not None:

@@ -6,7 +6,7 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
-from mindspeed_rl.utils.seqlen_balancing import imbalance  # noqa: F401  (re-exported: one definition)
+from mindspeed_rl.utils.seqlen_balancing import balance_key, imbalance  # noqa: F401  (re-exported: one definition)
 
 
 def _check_key(key) -> None:
@@ -84,11 +84,6 @@ class Metric:
 
 
 # ---------------------------------------------------------------- DP balance: one definition
-
-
-def balance_key(consumer: str, stat: str) -> str:
-    """``dp_balance/<consumer>/<stat>``: every DP-balance record's key (the planner's, the ranks', the console's)."""
-    return f"dp_balance/{consumer}/{stat}"
 
 
 def rank_balance_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:

@@ -361,6 +361,11 @@ def imbalance(loads) -> float:
     return float(arr.max()) / mean - 1.0 if mean > 0 else 0.0
 
 
+def balance_key(consumer: str, stat: str) -> str:
+    """``dp_balance/<consumer>/<stat>``: the key of every DP-balance record (the one definition)."""
+    return f"dp_balance/{consumer}/{stat}"
+
+
 def balance_stats(weights, partitions: Sequence[Sequence[int]]) -> Dict[str, object]:
     """Per-partition loads and how far the heaviest is from the ideal.
 

@@ -12,7 +12,7 @@ from transformers.utils import logging as hf_logging
 from mindspeed_rl.compat.workers import UpstreamWorkerIO
 from mindspeed_rl.config_cls.base_config import BaseConfig
 from mindspeed_rl.models.device import get_device, get_dist_backend
-from mindspeed_rl.trainer.utils.columnar import cpu_batch
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch, cpu_batch
 from mindspeed_rl.workers.parallel_state import ParallelState
 
 
@@ -82,6 +82,7 @@ class BaseWorker(UpstreamWorkerIO):
         those rows (the shares concatenated). Returns (metrics, output columns
         for the dock's ``put_stage``; None on TP peers and for stages that write nothing)."""
         metrics, output = {}, {}
+        batch = batch if isinstance(batch, ColumnBatch) else ColumnBatch(batch)
         for name in group.names:
             stage_metrics, stage_output = self._run_one(name, plan, batch, context)
             metrics.update(stage_metrics)
@@ -97,7 +98,7 @@ class BaseWorker(UpstreamWorkerIO):
         stage.check_plan(plan, self.parallel_state.dp_size, f"rank {self.rank}")
         shares = plan[self.parallel_state.dp_rank]
         batches, start = [], 0
-        for share in shares:
-            batches.append({c: batch[c][start:start + len(share)] for c in stage.inputs})
+        for share in shares:  # each share's rows as views of the received buffers
+            batches.append(batch.take(start, start + len(share), stage.inputs))
             start += len(share)
         return getattr(self, stage.method)(batches, shares, **context)

@@ -50,13 +50,11 @@ class CriticWorker(EngineWorker):
         parts = self._micro_batches(sequence_lengths(batch), spec.micro_batches.size(CRITIC_TRAIN.micro_batch_key),
                                     sync=True)
 
-        def padded(column, idx, device):
-            return pad_sequence([batch[column][i].float().reshape(-1) for i in idx], batch_first=True).to(device)
-
         def loss_fn(idx, vpreds, _):
             pred = pad_sequence(vpreds, batch_first=True)
             mask = pad_sequence([torch.ones_like(v) for v in vpreds], batch_first=True)
-            return value_loss(pred, padded("values", idx, pred.device), padded("returns", idx, pred.device), mask,
+            return value_loss(pred, batch.padded("values", idx).to(pred.device),
+                              batch.padded("returns", idx).to(pred.device), mask,
                               spec.loss.cliprange_value, token_level=token_level)
 
         return self.critic.train_step(batch["prompts"], batch["responses"], parts, loss_fn, count,

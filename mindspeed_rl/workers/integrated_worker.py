@@ -103,17 +103,14 @@ class IntegratedWorker(EngineWorker):
         token_count = all_reduce_scalar(float(local), "sum", self.parallel_state.dp_group)
         parts = self._micro_batches(_lengths(batch), self.run_plan.worker.micro_batches.size(TRAIN.micro_batch_key),
                                     sync=True)
-        def padded(column, idx):
-            return pad_sequence([batch[column][i].float().reshape(-1) for i in idx], batch_first=True)
-
         def loss_fn(idx, log_probs, entropy):
             lp = pad_sequence(log_probs, batch_first=True)
             mask = pad_sequence([torch.ones_like(x) for x in log_probs], batch_first=True)
-            old = lp.detach() if skip_actor_log_prob else padded(OLD.outputs[0], idx).to(lp.device)
-            ref = padded(REF.outputs[0], idx).to(lp.device) if self.ref is not None else None
+            old = lp.detach() if skip_actor_log_prob else batch.padded(OLD.outputs[0], idx).to(lp.device)
+            ref = batch.padded(REF.outputs[0], idx).to(lp.device) if self.ref is not None else None
             ent = pad_sequence(entropy, batch_first=True) if entropy is not None else None
-            # one advantage per row (GRPO: broadcast over its tokens) or one per response token (PPO's GAE)
-            return grpo_loss(lp, old, padded("advantages", idx).to(lp.device), mask, clip_ratio=rl.clip_ratio,
+            # one advantage per row (GRPO: one index op, broadcast over its tokens) or per token (PPO's GAE)
+            return grpo_loss(lp, old, batch.padded("advantages", idx).to(lp.device), mask, clip_ratio=rl.clip_ratio,
                              ref_log_probs=ref, kl_coef=kl_coef, kl_kind=rl.kl_penalty, entropy=ent,
                              entropy_coeff=rl.entropy_coeff, token_count=1.0, clip_ratio_low=rl.clip_ratio_low,
                              clip_ratio_high=rl.clip_ratio_high, token_level_loss=rl.token_level_loss)

@@ -7,7 +7,7 @@ from torch import Tensor
 
 @dataclass
 class RolloutResult:
-    responses: List[Tensor]                    # new tokens per prompt (up to and including EOS), CPU long
+    responses: List[Tensor]                    # new tokens per prompt (up to and including EOS), CPU TOKEN_DTYPE
     log_probs: Optional[List[Tensor]] = None   # the engine's log-prob of each sampled token (vLLM), CPU float
 
 

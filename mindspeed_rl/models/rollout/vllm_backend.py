@@ -13,6 +13,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from mindspeed_rl.models.rollout.base import RolloutBackend, RolloutResult
+from mindspeed_rl.utils.token_ids import token_ids
 
 _MIB = 2 ** 20
 
@@ -119,7 +120,7 @@ class VLLMRollout(RolloutBackend):
         for out in outputs:
             done = out.outputs[0]
             ids = list(done.token_ids)
-            responses.append(torch.tensor(ids, dtype=torch.long))
+            responses.append(token_ids(ids))
             if self.settings.returns_log_probs:
                 log_probs.append(torch.tensor([step[t].logprob for step, t in zip(done.logprobs, ids)],
                                               dtype=torch.float32))

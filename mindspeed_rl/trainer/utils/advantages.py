@@ -1,7 +1,7 @@
 """PPO advantage math as pure tensor functions: token-level rewards, GAE, masked statistics.
 
 Everything works on right-padded (rows, max_len) tensors with a response mask (1 on real response tokens)
-and is vectorised over rows; ``pad_rows`` / ``unpad_rows`` convert from and to lists of per-row 1-D tensors.
+and is vectorised over rows; ``pad_rows`` converts from lists of per-row 1-D tensors (``columnar.unpadded_rows`` is the way back, to one flat buffer).
 Padding never leaks into results: padded positions of every output are 0 and no statistic counts them.
 """
 from typing import List, Optional, Sequence, Tuple, Union
@@ -29,14 +29,6 @@ def pad_rows(rows: Sequence[Tensor], pad_value: float = 0.0,
         padded[i, :r.numel()] = r.to(dtype=dtype, device=device)
         mask[i, :r.numel()] = True
     return padded, mask
-
-
-def unpad_rows(padded: Tensor, lengths: Union[Sequence[int], Tensor]) -> List[Tensor]:
-    """The first lengths[i] items of row i, one 1-D tensor per row (the inverse of ``pad_rows``)."""
-    lengths = [int(n) for n in (lengths.tolist() if isinstance(lengths, Tensor) else lengths)]
-    if len(lengths) != padded.shape[0]:
-        raise ValueError(f"{len(lengths)} lengths for {padded.shape[0]} rows")
-    return [padded[i, :n] for i, n in enumerate(lengths)]
 
 
 def _lengths(response_length) -> Tensor:

@@ -56,10 +56,39 @@ def flatten_rows(column: str, values: List[Tensor]) -> FlatRows:
     return flat, lengths, trailing
 
 
-def narrow_ints(part: FlatRows) -> FlatRows:
-    """int64 values stored as int32, as the dock does for rows given as lists."""
+def tensor_rows(column: str, value: Tensor) -> FlatRows:
+    """A tensor with a row per first-dim entry (a (rows,) tensor: one value per row; (rows, width):
+    rows of ``width`` items) as FlatRows, without making per-row tensors."""
+    if value.dim() == 0:
+        raise ValueError(f"column '{column}': a 0-d tensor has no rows")
+    n = value.shape[0]
+    if value.dim() == 1:
+        return value, torch.ones(n, dtype=torch.int64), None
+    return value.reshape(-1), torch.full((n,), value.shape[1], dtype=torch.int64), tuple(value.shape[2:])
+
+
+def value_rows(values: Tensor) -> FlatRows:
+    """One value per row as rows of shape (1,) (what a rank's one-number results look like)."""
+    flat = values.reshape(-1)
+    return flat, torch.ones(flat.numel(), dtype=torch.int64), ()
+
+
+def unpadded_rows(padded: Tensor, lengths) -> FlatRows:
+    """Row i's first ``lengths[i]`` items of a right-padded (rows, width) tensor (one masked select)."""
+    lengths = torch.as_tensor(lengths, dtype=torch.int64).reshape(-1)
+    if lengths.numel() != padded.shape[0]:
+        raise ValueError(f"{lengths.numel()} lengths for {padded.shape[0]} rows")
+    mask = torch.arange(padded.shape[1], device=padded.device) < lengths.to(padded.device)[:, None]
+    return padded[mask].cpu(), lengths, ()
+
+
+def slice_rows(part: FlatRows, start: int, stop: int) -> FlatRows:
+    """Rows ``start`` .. ``stop``-1 of ``part`` (a view of its buffer)."""
     flat, lengths, trailing = part
-    return (flat.to(torch.int32) if flat.dtype == torch.int64 else flat), lengths, trailing
+    width = int(np.prod(trailing)) if trailing else 1
+    first = int(lengths[:start].sum()) * width
+    size = int(lengths[start:stop].sum()) * width
+    return flat[first:first + size], lengths[start:stop], trailing
 
 
 def row_views(flat: Tensor, lengths: Tensor, trailing: Optional[Tuple[int, ...]]) -> List[Tensor]:
@@ -75,14 +104,75 @@ def row_views(flat: Tensor, lengths: Tensor, trailing: Optional[Tuple[int, ...]]
 
 class ColumnBatch(dict):
     """Column name -> list of per-row tensors; pickles as one buffer per column.
-    ``flat``: the columns' FlatRows when built from them (a gather, or received
-    through Ray), so a writer takes the buffers as they are; None otherwise."""
+    ``flat``: the columns' FlatRows when built from them (a gather, a driver
+    stage's tensors, or received through Ray), so a writer takes the buffers as
+    they are; None otherwise. Built from FlatRows, a column's per-row views are
+    made when the column is first read as rows (a batch that only travels, or is
+    only indexed through ``padded``, never makes them)."""
 
     def __init__(self, data=None, flat: Dict[str, FlatRows] = None):
-        if flat is not None:
-            data = {k: row_views(*p) for k, p in flat.items()}
-        super().__init__(data or {})
+        super().__init__({} if flat is not None else (data or {}))
         self.flat = flat
+
+    def __missing__(self, key):
+        if self.flat is None or key not in self.flat:
+            raise KeyError(key)
+        rows = row_views(*self.flat[key])
+        dict.__setitem__(self, key, rows)
+        return rows
+
+    def _all(self):
+        if self.flat is not None and dict.__len__(self) < len(self.flat):
+            for key in self.flat:
+                self[key]  # noqa: B018  (makes the column's views)
+
+    def __contains__(self, key):
+        return key in self.flat if self.flat is not None else dict.__contains__(self, key)
+
+    def __len__(self):
+        return len(self.flat) if self.flat is not None else dict.__len__(self)
+
+    def __iter__(self):
+        return iter(self.flat) if self.flat is not None else dict.__iter__(self)
+
+    def keys(self):
+        return self.flat.keys() if self.flat is not None else dict.keys(self)
+
+    def items(self):
+        self._all()
+        return dict.items(self)
+
+    def values(self):
+        self._all()
+        return dict.values(self)
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def __eq__(self, other):
+        self._all()
+        return dict.__eq__(self, other)
+
+    __hash__ = None
+
+    def __repr__(self):
+        self._all()
+        return dict.__repr__(self)
+
+    def take(self, start: int, stop: int, columns) -> "ColumnBatch":
+        """Rows ``start`` .. ``stop``-1 of ``columns`` (views: the flat buffers are sliced, not copied)."""
+        if self.flat is None:
+            return ColumnBatch({c: self[c][start:stop] for c in columns})
+        return ColumnBatch(flat={c: slice_rows(self.flat[c], start, stop) for c in columns})
+
+    def padded(self, column: str, idx, dtype=torch.float32) -> Tensor:
+        """Rows ``idx`` of ``column`` right-padded with zeros into (len(idx), longest row); one index
+        into the flat buffer when every row holds one value (GRPO's advantages)."""
+        part = self.flat.get(column) if self.flat is not None else None
+        if part is not None and not part[2] and bool((part[1] == 1).all()):
+            return part[0][torch.as_tensor(idx, dtype=torch.int64)].to(dtype).view(-1, 1)
+        rows = [self[column][i].to(dtype).reshape(-1) for i in idx]
+        return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
 
     def __reduce__(self):
         flat_columns = self.flat if self.flat is not None else {k: flatten_rows(k, list(v)) for k, v in self.items()}
@@ -110,6 +200,58 @@ def _rebuild(wire) -> ColumnBatch:
                 flat = flat.view(dtype)
             columns[key] = (flat, torch.from_numpy(np.asarray(lengths)), trailing)
     return ColumnBatch(flat=columns)
+
+
+class LengthStore:
+    """A dock column of one count per row (a length): one int64 tensor (``values``), the one copy the
+    planner's vectorised sums read; handed out as rows of shape (1,)."""
+
+    def __init__(self, max_len: int):
+        self.max_len = max_len
+        self.values = torch.zeros(max_len, dtype=torch.int64)
+        self._has = torch.zeros(max_len, dtype=torch.bool)
+
+    def clear(self):
+        self.values.zero_()
+        self._has.zero_()
+
+    @staticmethod
+    def check(column: str, part: FlatRows):
+        """Raise ValueError unless every row of ``part`` is one number (nothing written)."""
+        _, lengths, trailing = part
+        sizes = lengths * (int(np.prod(trailing)) if trailing else 1)
+        if bool((sizes != 1).any()):
+            row = int((sizes != 1).nonzero()[0, 0])
+            raise ValueError(f"column '{column}' needs one number per row, row {row} has {int(sizes[row])}")
+
+    def put(self, rows: Tensor, part: FlatRows):
+        self.values[rows] = part[0].reshape(-1).to(torch.int64)
+        self._has[rows] = True
+
+    def clear_rows(self, rows: Tensor):
+        self._has[rows] = False
+
+    def _missing(self, rows: Tensor):
+        if not bool(self._has[rows].all()):
+            raise KeyError(f"rows {rows[~self._has[rows]][:8].tolist()} hold no value")
+
+    def gather(self, rows: Tensor) -> FlatRows:
+        self._missing(rows)
+        return self.values[rows], torch.ones(rows.numel(), dtype=torch.int64), ()
+
+    def views(self, rows: Tensor) -> List[Tensor]:
+        self._missing(rows)
+        return [self.values[r:r + 1] for r in rows.tolist()]
+
+    def __getitem__(self, row: int) -> Optional[Tensor]:
+        row = int(row)
+        return self.values[row:row + 1] if bool(self._has[row]) else None
+
+    def __len__(self) -> int:
+        return self.max_len
+
+    def __iter__(self):
+        return (self[r] for r in range(self.max_len))
 
 
 class ColumnStore:

@@ -3,13 +3,13 @@
 ``td`` is the trainer's ``DriverDock`` (called in-process). Upstream's stages
 over a dock actor (``compute_rule_reward``, ``compute_advantage``, ...) are in
 ``mindspeed_rl.compat.compute_utils`` and still import from here."""
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
 from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch, FlatRows, value_rows
 
 
 class FixedKLController:
@@ -107,15 +107,16 @@ def compute_rewards(td, stage, reward_list: Sequence, overlong=None, filter_metr
     return metrics
 
 
-def put_columns(td, columns: Dict[str, torch.Tensor], rows) -> None:
-    """One put of per-row values: a (rows,) tensor is one number per row, a list holds a tensor per row."""
-    out = {k: list(v.reshape(-1, 1)) if isinstance(v, torch.Tensor) else list(v) for k, v in columns.items()}
-    td.put_experience(ColumnBatch(out), rows)
+def put_columns(td, columns: Dict[str, Union[torch.Tensor, FlatRows]], rows) -> None:
+    """One put, one buffer per column: a (rows,) tensor is one number per row, a FlatRows (e.g.
+    ``unpadded_rows`` of a padded result) is taken as it is; no per-row tensors are made."""
+    flat = {k: value_rows(v) if isinstance(v, torch.Tensor) else v for k, v in columns.items()}
+    td.put_experience(ColumnBatch(flat=flat), rows)
 
 
-def advantage_stats(advantages: Sequence[torch.Tensor]) -> Dict[str, float]:
-    """Mean, std and the fraction of exact zeros over every advantage value of the round."""
-    flat = torch.cat([a.reshape(-1).float() for a in advantages])
+def advantage_stats(advantages: torch.Tensor) -> Dict[str, float]:
+    """Mean, std and the fraction of exact zeros over every advantage value of the round (one tensor)."""
+    flat = advantages.reshape(-1).float()
     return {"advantages/mean": float(flat.mean()), "advantages/std": float(flat.std()) if flat.numel() > 1 else 0.0,
             "advantages/zero_frac": float((flat == 0).float().mean())}
 
@@ -126,7 +127,7 @@ def compute_group_advantages(td, stage, n_samples: int) -> Dict[str, float]:
     scores = torch.cat([s.reshape(1).float() for s in td.get_rows(["rm_scores"], rows)["rm_scores"]])
     advantages = compute_group_norm_advantages(scores, n_samples)
     put_columns(td, {stage.outputs[0]: advantages}, rows)
-    return advantage_stats([advantages])
+    return advantage_stats(advantages)
 
 
 def __getattr__(name: str):

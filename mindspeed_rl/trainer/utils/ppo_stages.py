@@ -7,6 +7,7 @@ from typing import Dict
 import torch
 
 from mindspeed_rl.trainer.utils import advantages as adv
+from mindspeed_rl.trainer.utils.columnar import unpadded_rows
 from mindspeed_rl.trainer.utils.compute_utils import advantage_stats, dock_call, put_columns
 
 
@@ -28,7 +29,7 @@ def compute_kl_rewards(td, stage, kl_coef: float, kl_penalty: str) -> Dict[str, 
     kl = adv.kl_in_reward(old, ref, kl_penalty)
     lengths = _lengths(batch)
     rewards, mask = adv.token_level_rewards(_scores(batch), lengths, kl=kl, kl_coef=kl_coef)
-    put_columns(td, {stage.outputs[0]: adv.unpad_rows(rewards, lengths)}, rows)
+    put_columns(td, {stage.outputs[0]: unpadded_rows(rewards, lengths)}, rows)
     return {"actor/reward_kl": adv.masked_mean(kl, mask).item(), "actor/reward_kl_coef": float(kl_coef)}
 
 
@@ -44,9 +45,9 @@ def compute_gae(td, stage, gamma: float, lam: float) -> Dict[str, float]:
     else:
         rewards, _ = adv.token_level_rewards(_scores(batch), lengths)
     advantages, returns = adv.compute_gae_advantage_return(rewards, values, mask, gamma, lam)
-    out_adv, out_ret = adv.unpad_rows(advantages, lengths), adv.unpad_rows(returns, lengths)
-    put_columns(td, dict(zip(stage.outputs, (out_adv, out_ret))), rows)
-    metrics = advantage_stats(out_adv)
+    out_adv = unpadded_rows(advantages, lengths)  # the round's response tokens in one tensor
+    put_columns(td, dict(zip(stage.outputs, (out_adv, unpadded_rows(returns, lengths)))), rows)
+    metrics = advantage_stats(out_adv[0])
     metrics.update({"critic/returns_mean": adv.masked_mean(returns, mask).item(),
                     "critic/values_mean": adv.masked_mean(values, mask).item()})
     return metrics

@@ -1,38 +1,57 @@
 # coding=utf-8
-"""Upstream's experience input -> the dock's per-row lists.
+"""Experience as callers put it -> the dock's columns.
 
-Upstream code puts a column either as one tensor with a row per first-dim
-entry (e.g. a padded 2-D batch) or as a list of per-row tensors; the dock
-stores per-row tensors. ``trans_input_to_experience`` (upstream's name) turns
-either into (column names, one list of row tensors per column)."""
+A column is given either as one tensor with a row per first-dim entry (a
+(rows,) tensor of one value per row, a padded 2-D batch) or as a list of
+per-row tensors. ``column_parts`` turns either into one ``FlatRows`` per
+column (a tensor without making per-row tensors); ``trans_input_to_experience``
+(upstream's name) gives per-row lists. Values keep their dtype: token ids are
+int32 from the dataset and the rollout, and the engine widens them on the device."""
 from typing import Dict, List, Tuple, Union
 
 import torch
 from torch import Tensor
 
+from mindspeed_rl.trainer.utils.columnar import FlatRows, flatten_rows, tensor_rows
 
-def _narrow(t: Tensor) -> Tensor:
-    return t.to(torch.int32) if t.dtype == torch.int64 else t
+Columns = Dict[str, Union[Tensor, List[Tensor], None]]
 
 
-def trans_input_to_experience(
-        experience_dict: Dict[str, Union[Tensor, List[Tensor], None]]
-) -> Tuple[List[str], List[List[Tensor]]]:
-    """Split a column dict into column names and per-column row lists (int64 narrowed to int32)."""
-    columns, lists = [], []
+def _given(experience_dict: Columns):
+    """(column, value) pairs that hold rows (None skipped); ValueError naming a column of another type."""
     for key, value in experience_dict.items():
         if value is None:
             continue
         if isinstance(value, Tensor) and value.dim() > 0:
-            rows = list(torch.unbind(_narrow(value), dim=0))
+            yield key, value
         elif isinstance(value, list) and all(isinstance(v, Tensor) for v in value):
-            rows = [_narrow(v) for v in value]
+            yield key, value
         else:
             raise ValueError(f"column '{key}': unsupported value type {type(value).__name__}")
+
+
+def _same_row_counts(counts: Dict[str, int]) -> None:
+    first = next(iter(counts), None)
+    for key, n in counts.items():
+        if n != counts[first]:
+            raise ValueError(f"column '{key}' has {n} rows, but '{first}' has {counts[first]}")
+
+
+def column_parts(experience_dict: Columns) -> Tuple[List[str], List[FlatRows]]:
+    """Column names and one FlatRows per column."""
+    columns, parts = [], []
+    for key, value in _given(experience_dict):
         columns.append(key)
-        lists.append(rows)
-    for key, rows in zip(columns, lists):
-        if len(rows) != len(lists[0]):
-            raise ValueError(
-                f"column '{key}' has {len(rows)} rows, but '{columns[0]}' has {len(lists[0])}")
+        parts.append(tensor_rows(key, value) if isinstance(value, Tensor) else flatten_rows(key, value))
+    _same_row_counts({c: p[1].numel() for c, p in zip(columns, parts)})
+    return columns, parts
+
+
+def trans_input_to_experience(experience_dict: Columns) -> Tuple[List[str], List[List[Tensor]]]:
+    """Column names and per-column row lists (a tensor split along its first dimension)."""
+    columns, lists = [], []
+    for key, value in _given(experience_dict):
+        columns.append(key)
+        lists.append(list(torch.unbind(value, dim=0)) if isinstance(value, Tensor) else list(value))
+    _same_row_counts(dict(zip(columns, map(len, lists))))
     return columns, lists

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from mindspeed_rl.trainer.utils.balance_plan import BalancePlanner
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, FlatRows, flatten_rows, narrow_ints
-from mindspeed_rl.trainer.utils.row_lists import trans_input_to_experience
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, FlatRows, LengthStore
+from mindspeed_rl.trainer.utils.row_lists import column_parts, trans_input_to_experience  # noqa: F401  (upstream's name)
 from mindspeed_rl.utils.metrics import Metric
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 # the columns a round starts with (put_prompts_experience)
 PROMPT_COLUMNS = ("prompts", "prompt_length")
-# columns of one number per row (a length), also kept as one int64 tensor each for vectorised sums
+# columns of one number per row (a length), each kept as one int64 tensor (LengthStore) for vectorised sums
 LENGTH_COLUMNS = ("prompt_length", "response_length", "input_ids_length")
 
 
@@ -129,52 +129,39 @@ class DriverDock:
 
     def _empty(self):
         """Every column empty."""
-        self.experience_data = {c: ColumnStore(self.max_len) for c in self.experience_columns}
+        self.experience_data = {c: LengthStore(self.max_len) if c in LENGTH_COLUMNS else ColumnStore(self.max_len)
+                                for c in self.experience_columns}
         self.experience_data_status = {c: torch.zeros(self.max_len, dtype=torch.int32)
                                        for c in self.experience_columns}
-        self.experience_lengths = {c: torch.zeros(self.max_len, dtype=torch.int64)
+        # the length columns' one copy, by name (the planner's sums read these tensors)
+        self.experience_lengths = {c: self.experience_data[c].values
                                    for c in LENGTH_COLUMNS if c in self.experience_columns}
 
     def _checked_put(self, columns: List[str], parts: List[FlatRows], rows: Tensor):
-        """Every check of a put at valid, distinct ``rows``; nothing written: the scalar values of the length columns."""
+        """Every check of a put at valid, distinct ``rows``; nothing written."""
         self._check_columns(columns, "put experience")
-        lengths = {}
         for column, part in zip(columns, parts):
             if part[1].numel() != rows.numel():
                 raise ValueError(f"put experience: column '{column}' has {part[1].numel()} rows "
                                  f"but {rows.numel()} indexes were given")
-            self.experience_data[column].check(column, part)
-            if column in LENGTH_COLUMNS:
-                lengths[column] = self._scalar_column(column, part)
-        return lengths
+            try:
+                self.experience_data[column].check(column, part)
+            except ValueError as err:
+                raise ValueError(f"put experience: {err}") from None
 
-    def _write(self, columns: List[str], parts: List[FlatRows], rows: Tensor, lengths: Dict[str, Tensor]):
+    def _write(self, columns: List[str], parts: List[FlatRows], rows: Tensor):
         for column, part in zip(columns, parts):
             self.experience_data[column].put(rows, part)
-            if column in lengths:
-                self.experience_lengths[column][rows] = lengths[column]
             self.experience_data_status[column][rows] = 1
 
     @staticmethod
-    def _scalar_column(column: str, part: FlatRows) -> Tensor:
-        flat, lengths, trailing = part
-        width = 1 if not trailing else int(torch.tensor(trailing).prod())
-        sizes = lengths * width
-        if bool((sizes != 1).any()):
-            row = int((sizes != 1).nonzero()[0, 0])
-            raise ValueError(f"put experience: column '{column}' needs one number per row, "
-                             f"row {row} has {int(sizes[row])}")
-        return flat.to(torch.int64)
-
-    @staticmethod
     def _as_flat(data_dict) -> Tuple[List[str], List[FlatRows]]:
-        """(columns, one FlatRows per column); a ColumnBatch that came through Ray
-        is taken straight from its per-column buffers."""
+        """(columns, one FlatRows per column), values in the dtype given; a ColumnBatch built from
+        flat buffers (a gather, a driver stage's tensors, a rank's results through Ray) is taken as it is."""
         flat = getattr(data_dict, "flat", None)
         if flat is not None:
-            return list(flat), [narrow_ints(p) for p in flat.values()]
-        columns, experience = trans_input_to_experience(data_dict)
-        return columns, [flatten_rows(c, list(v)) for c, v in zip(columns, experience)]
+            return list(flat), list(flat.values())
+        return column_parts(data_dict)
 
     def put_experience(self, data_dict: Dict[str, Union[Tensor, List[Tensor]]], indexes: List[int] = None):
         """Write ``data_dict`` (column -> rows) at ``indexes``; every check runs before anything is written."""
@@ -182,7 +169,8 @@ class DriverDock:
             raise ValueError("put experience: indexes must be provided")
         columns, parts = self._as_flat(data_dict)
         rows = self._check_indexes(indexes, "put experience")
-        self._write(columns, parts, rows, self._checked_put(columns, parts, rows))
+        self._checked_put(columns, parts, rows)
+        self._write(columns, parts, rows)
 
     def put_prompts_experience(self, batch: Dict[str, Union[Tensor, List[Tensor]]],
                                dataset_additional_keys: Optional[List[str]] = None):
@@ -196,8 +184,8 @@ class DriverDock:
             raise ValueError(f"put prompts: {len(prompts)} prompts x {n} samples do not fit "
                              f"the dock's {self.max_len} rows")
         data = {
-            "prompts": [p.clone() for p in prompts for _ in range(n)],
-            "prompt_length": [torch.tensor([p.numel()]) for p in prompts for _ in range(n)],
+            "prompts": [p for p in prompts for _ in range(n)],  # laid end to end by the put (one copy)
+            "prompt_length": torch.tensor([p.numel() for p in prompts]).repeat_interleave(n),
         }
         for key in dataset_additional_keys or []:
             if key in batch:
@@ -304,7 +292,8 @@ class DriverDock:
                                  f"{expected}")
             rows = _rows_of(shares)  # the plan's: valid and distinct
             try:
-                checked.append((columns, parts, rows, self._checked_put(columns, parts, rows)))
+                self._checked_put(columns, parts, rows)
+                checked.append((columns, parts, rows))
             except ValueError as err:
                 raise ValueError(f"put_stage({group.name!r}): rank {rank}: {err}") from err
         for part in checked:  # every rank checked before anything is written

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from mindspeed_rl.utils.token_ids import TOKEN_DTYPE
 from mindspeed_rl.datasets.toy_tasks import TASKS, make_prompts
 from mindspeed_rl.models.tiny_model import BOS_ID, SEP_ID
 
@@ -14,7 +15,7 @@ def test_length_prompts():
     assert len(data["prompts"]) == len(data["labels"]) == 400
     seen = set()
     for prompt, label in zip(data["prompts"], data["labels"]):
-        assert prompt.dtype == torch.long and prompt.dim() == 1 and label.dim() == 1
+        assert prompt.dtype == TOKEN_DTYPE and prompt.dim() == 1 and label.dim() == 1
         length = int(label[0])
         assert label.tolist() == [length] and 1 <= length <= 8
         assert prompt.tolist() == [BOS_ID, 15 + length, SEP_ID]
@@ -26,7 +27,7 @@ def test_copy_prompts():
     data = make_prompts("copy", 200, seed=1)
     digits_seen = set()
     for prompt, label in zip(data["prompts"], data["labels"]):
-        assert prompt.dtype == torch.long and label.dtype == torch.long
+        assert prompt.dtype == TOKEN_DTYPE and label.dtype == TOKEN_DTYPE
         assert prompt.shape == (5,) and label.shape == (3,)
         assert int(prompt[0]) == BOS_ID and int(prompt[-1]) == SEP_ID
         assert prompt[1:4].tolist() == label.tolist()

@@ -9,6 +9,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from mindspeed_rl.models import sharding
 from mindspeed_rl.models.causal_lm import CausalLMEngine
+from mindspeed_rl.utils.token_ids import TOKEN_DTYPE
 
 EOS = 3
 PAD = 0
@@ -213,7 +214,7 @@ def test_generate_eos_lengths_seed_and_greedy(model_dir):
         assert len(outs) == len(prompts)
         for out in outs:
             eos_at = (out == EOS).nonzero().flatten().tolist()
-            assert out.dtype == torch.long and 1 <= out.numel() <= 8
+            assert out.dtype == TOKEN_DTYPE and 1 <= out.numel() <= 8
             assert eos_at in ([], [out.numel() - 1])
             if not eos_at:
                 assert out.numel() == 8

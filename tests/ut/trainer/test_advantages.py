@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from mindspeed_rl.models.loss.grpo_loss import kl_penalty
+from mindspeed_rl.trainer.utils.columnar import unpadded_rows
 from mindspeed_rl.trainer.utils.advantages import (
     compute_gae_advantage_return,
     kl_in_reward,
@@ -11,7 +12,6 @@ from mindspeed_rl.trainer.utils.advantages import (
     masked_whiten,
     pad_rows,
     token_level_rewards,
-    unpad_rows,
 )
 
 LENGTHS = [4, 1, 6, 3]
@@ -51,10 +51,10 @@ def test_pad_and_unpad_round_trip():
     assert padded.shape == (3, 3) and mask.dtype == torch.bool
     assert mask.sum(dim=1).tolist() == [3, 0, 2]
     assert torch.equal(padded[2, 2:], torch.zeros(1))
-    back = unpad_rows(padded, [3, 0, 2])
-    assert all(torch.equal(a, b) for a, b in zip(back, rows))
-    with pytest.raises(ValueError):
-        unpad_rows(padded, [1, 2])
+    flat, lengths, trailing = unpadded_rows(padded, [3, 0, 2])  # the way back: one flat buffer
+    assert torch.equal(flat, torch.cat(rows)) and lengths.tolist() == [3, 0, 2] and trailing == ()
+    with pytest.raises(ValueError, match="2 lengths for 3 rows"):
+        unpadded_rows(padded, [1, 2])
 
 
 def test_masked_stats_ignore_padding():

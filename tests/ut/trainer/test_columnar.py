@@ -4,7 +4,8 @@ import pickle
 import pytest
 import torch
 
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, flatten_rows, narrow_ints
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, flatten_rows
+from mindspeed_rl.utils.token_ids import token_ids
 
 
 def _rows(seed=0, n=6):
@@ -91,14 +92,16 @@ def test_compaction_runs_and_keeps_every_live_row_readable(trailing):
 
 
 def test_token_ids_above_int16_range_survive_store_and_transport():
-    ids = [torch.tensor([0, 32767, 32768, 65535, 65536, 151643, 2**31 - 1]), torch.tensor([151645])]
-    for part in (flatten_rows("ids", ids), narrow_ints(flatten_rows("ids", ids))):
+    wide = [torch.tensor([0, 32767, 32768, 65535, 65536, 151643, 2**31 - 1]), torch.tensor([151645])]
+    for ids in (wide, [token_ids(t) for t in wide]):  # as given, and as the dataset and the rollout give them
+        part = flatten_rows("ids", ids)
+        assert part[0].dtype == ids[0].dtype  # stored in the dtype given: nothing narrows or widens them
         store = ColumnStore(2)
         store.put(torch.arange(2), part)
-        assert [r.tolist() for r in store.views(torch.arange(2))] == [t.tolist() for t in ids]
-    back = pickle.loads(pickle.dumps(ColumnBatch({"ids": ids}), protocol=5))
-    assert [r.tolist() for r in back["ids"]] == [t.tolist() for t in ids]
-    assert narrow_ints(flatten_rows("ids", ids))[0].dtype == torch.int32
+        assert [r.tolist() for r in store.views(torch.arange(2))] == [t.tolist() for t in wide]
+        back = pickle.loads(pickle.dumps(ColumnBatch({"ids": ids}), protocol=5))
+        assert [r.tolist() for r in back["ids"]] == [t.tolist() for t in wide]
+        assert back.flat["ids"][0].dtype == ids[0].dtype
 
 
 def test_shapes_and_dtypes():
@@ -113,3 +116,40 @@ def test_shapes_and_dtypes():
     ints.put(torch.tensor([0]), flatten_rows("n", [torch.tensor([1], dtype=torch.int32)]))
     ints.put(torch.tensor([1]), flatten_rows("n", [torch.tensor([2.5])]))  # a float row promotes the column
     assert ints[0].dtype == torch.float32 and float(ints[1][0]) == 2.5
+
+
+# ------------------------------------------------------------------ one batch format
+
+
+def test_a_length_column_is_stored_once_and_served_as_rows():
+    from mindspeed_rl.trainer.utils.columnar import LengthStore
+    from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+    dock = DriverDock(2, 2, experience_columns=["prompts", "prompt_length", "response_length"])
+    dock.put_prompts_experience({"prompts": [torch.ones(3, dtype=torch.int32), torch.ones(5, dtype=torch.int32)]})
+    store = dock.experience_data["prompt_length"]
+    assert isinstance(store, LengthStore) and dock.experience_lengths["prompt_length"] is store.values
+    assert store.values.tolist() == [3, 3, 5, 5]
+    rows = dock.get_rows(["prompt_length"], [3, 0])
+    assert [r.tolist() for r in rows["prompt_length"]] == [[5], [3]]
+    with pytest.raises(ValueError, match="'response_length' needs one number per row, row 1 has 2"):
+        dock.put_experience({"response_length": [torch.tensor([1]), torch.tensor([1, 2])]}, [0, 1])
+    assert store.values.tolist() == [3, 3, 5, 5] and dock.experience_data_status["response_length"].sum() == 0
+
+
+def test_a_batch_from_buffers_makes_row_views_only_when_read():
+    from mindspeed_rl.trainer.utils.columnar import tensor_rows, value_rows
+    adv = torch.tensor([0.5, -1.0, 2.0, 4.0])
+    lp = [torch.tensor([-1.0, -2.0]), torch.tensor([-3.0]), torch.tensor([-4.0, -5.0, -6.0]), torch.tensor([-7.0])]
+    batch = ColumnBatch(flat={"advantages": value_rows(adv), "old": flatten_rows("old", lp),
+                              "ids": tensor_rows("ids", torch.arange(8, dtype=torch.int32).view(4, 2))})
+    assert dict.__len__(batch) == 0 and len(batch) == 3 and "old" in batch and list(batch) == ["advantages", "old", "ids"]
+    # one value per row: one index into the buffer, no per-row tensors made
+    assert batch.padded("advantages", [3, 1]).tolist() == [[4.0], [-1.0]] and dict.__len__(batch) == 0
+    assert batch.padded("old", [2, 1]).tolist() == [[-4.0, -5.0, -6.0], [-3.0, 0.0, 0.0]]
+    share = batch.take(1, 3, ["advantages", "old"])  # a share: views of the same buffers
+    assert share.flat["old"][0].data_ptr() == batch.flat["old"][0].data_ptr() + 2 * 4
+    assert [r.tolist() for r in share["old"]] == [[-3.0], [-4.0, -5.0, -6.0]]
+    assert share.padded("advantages", [1]).tolist() == [[2.0]] and list(share) == ["advantages", "old"]
+    back = pickle.loads(pickle.dumps(share))
+    assert [r.tolist() for r in back["old"]] == [[-3.0], [-4.0, -5.0, -6.0]]
+    assert [r.tolist() for r in batch["ids"]] == [[0, 1], [2, 3], [4, 5], [6, 7]]
