@@ -127,8 +127,8 @@ class SeedDock(PlainDock):
         batch, index = super().get_experience(*args, **kwargs)
         return (dict(batch) if batch is not None else None), index  # upstream replies: lists of tensors
 
-    def _write(self, columns, parts, rows, lengths):
-        super()._write(columns, parts, rows, lengths)
+    def _write(self, columns, parts, rows):
+        super()._write(columns, parts, rows)
         if not hasattr(self, "_row_lists"):
             self._row_lists = {}
         for column, part in zip(columns, parts):

@@ -9,6 +9,7 @@ import torch
 import mindspeed_rl.workers.engine_worker as engine_worker
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch
 from mindspeed_rl.workers.parallel_state import ParallelState
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
@@ -82,9 +83,11 @@ def _train_batch():
     """Two rows with 1 and 3 response tokens, advantages 1 and 2, log-probs all zero (ratio 1)."""
     responses = [torch.ones(1, dtype=torch.long), torch.ones(3, dtype=torch.long)]
     zeros = [torch.zeros(r.numel()) for r in responses]
-    return {"prompts": [torch.ones(2, dtype=torch.long)] * 2, "responses": responses,
-            "prompt_length": [torch.tensor([2])] * 2, "response_length": [torch.tensor([1]), torch.tensor([3])],
-            "advantages": [torch.tensor([1.0]), torch.tensor([2.0])], "old_log_prob": zeros, "ref_log_prob": zeros}
+    return ColumnBatch({"prompts": [torch.ones(2, dtype=torch.long)] * 2, "responses": responses,
+                        "prompt_length": [torch.tensor([2])] * 2,
+                        "response_length": [torch.tensor([1]), torch.tensor([3])],
+                        "advantages": [torch.tensor([1.0]), torch.tensor([2.0])],
+                        "old_log_prob": zeros, "ref_log_prob": zeros})
 
 
 @pytest.mark.parametrize("token_level, count, loss", [
