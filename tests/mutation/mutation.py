@@ -87,6 +87,8 @@ def prepare(mod, fresh=False) -> Path:
     links = {top: REPO / top for top in tops if top != root}
     if root:
         links["src"] = REPO / root
+        if (work / root).is_symlink():  # left by a run from before import_root: tests would import the original
+            (work / root).unlink()
         # in mutants/, the import root is the mutated copy under src/ (tests resolve their __file__)
         (work / "mutants").mkdir(exist_ok=True)
         if not (work / "mutants" / root).is_symlink():
