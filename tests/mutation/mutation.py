@@ -3,6 +3,7 @@
 
     mutation.py list [--all]                 modules run.sh runs (ready ones, or all)
     mutation.py run NAME [--fresh]           mutate one module, run its tests against every mutant (resumes)
+    mutation.py run NAME --only GLOB...      only the mutants matching these globs (e.g. 'build_series.x__range*')
     mutation.py retest NAME                  re-run only the mutants that were not killed, keep the kills
     mutation.py summary [--markdown]         per-module table from the recorded results
     mutation.py survivors NAME [--diff]      survivors not listed in SURVIVORS.md
@@ -170,12 +171,13 @@ def _record(mod, kind, seconds, rc):
     return entry
 
 
-def run(name, fresh=False):
+def run(name, fresh=False, only=()):
     mod = module(name)
     work = prepare(mod, fresh)
     start = time.time()
-    rc = _mutmut(work, [], work / "mutmut.log")
-    entry = _record(mod, "fresh run" if fresh else "run", time.time() - start, rc)
+    rc = _mutmut(work, list(only), work / "mutmut.log")
+    kind = ("fresh run" if fresh else "run") + (f" of {' '.join(only)}" if only else "")
+    entry = _record(mod, kind, time.time() - start, rc)
     print(f"{name}: rc={rc} in {entry['seconds']} s; {_line(mod)}", flush=True)
     if mod["path"].startswith("mindspeed_rl/"):
         where = subprocess.run([sys.executable, "-c", "import mindspeed_rl; print(mindspeed_rl.__file__)"],
@@ -285,6 +287,7 @@ def main(argv=None):
     s = sub.add_parser("run")
     s.add_argument("name")
     s.add_argument("--fresh", action="store_true", help="drop earlier results first")
+    s.add_argument("--only", nargs="+", default=(), metavar="GLOB", help="only the mutants matching these")
     s = sub.add_parser("retest")
     s.add_argument("name")
     s = sub.add_parser("summary")
@@ -297,7 +300,7 @@ def main(argv=None):
     if args.cmd == "list":
         print("\n".join(n for n, m in load_modules().items() if args.all or m.get("ready")))
     elif args.cmd == "run":
-        return run(args.name, args.fresh)
+        return run(args.name, args.fresh, args.only)
     elif args.cmd == "retest":
         return retest(args.name)
     elif args.cmd == "summary":
