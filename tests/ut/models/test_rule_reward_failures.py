@@ -1,5 +1,5 @@
 """VerifierReward.last_failures (what reward_guard reads: rows, weight, errors, timeouts, the first error
-as raised) and integer scores from a custom verifier, without worker processes."""
+as raised), integer scores from a custom verifier, and the pool defaults, without worker processes."""
 import pytest
 import torch
 
@@ -56,3 +56,10 @@ def test_integer_scores_are_taken_as_floats():
     assert out.dtype == torch.float32 and out.tolist() == [3.0, 0.0]
     assert reward.last_scores[path].dtype == torch.float32
     assert reward.last_metrics[f"reward/{path}/mean"] == pytest.approx(0.5)
+
+
+def test_defaults_one_process_thirty_seconds_no_metrics_yet():
+    reward = VerifierReward(["acc"], [1.0], eos_id=EOS, tokenizer=Tokenizer())
+    assert (reward.pool.processes, reward.pool.timeout) == (1, 30.0)  # upstream's verifier defaults
+    assert reward.last_metrics == {}
+    reward.close()
