@@ -72,3 +72,18 @@ def test_a_hunk_that_does_not_match_upstream_is_refused():
         build_series.normalize_edit(diff + "junk\n", "x", None)
     with pytest.raises(build_series.BuildError, match=r"^x: bad hunk header '@@ nonsense'$"):
         build_series.normalize_edit("diff --git a/x b/x\n@@ nonsense\n", "x", None)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.parametrize("pre, post", [("a\nb", "A\nb"), ("a\nb\nc", "a\nB\nc"), ("x\n", "x")])
+def test_final_newline_cases_match_git(tmp_path, pre, post):
+    want = _git_diff(tmp_path, pre, post)
+    assert build_series.normalize_edit(_spoil(want), "pkg/m.py", pre) == want
+
+
+def test_sections_without_hunks_or_past_upstream_end():
+    mode_only = "diff --git a/x b/x\nold mode 100644\nnew mode 100755\n"
+    assert build_series.normalize_edit(mode_only, "x", "a\n") == mode_only
+    past_end = "diff --git a/x b/x\nindex 1..2 100644\n--- a/x\n+++ b/x\n@@ -2 +2 @@\n-b\n+B\n"
+    with pytest.raises(build_series.BuildError, match=r"^x: stored hunk at line 2 does not match upstream$"):
+        build_series.normalize_edit(past_end, "x", "a\n")
