@@ -146,9 +146,16 @@ def worker_classes():
     return {"actor": IntegratedWorker, "critic": CriticWorker}
 
 
+def make_reward(rl, tokenizer, eos_id: int):
+    """The run's reward: rl_config's verifiers and weights, scored in a pool of verifier_parallel
+    processes under verifier_timeout seconds a response."""
+    from mindspeed_rl.models.rule_reward import VerifierReward
+    return VerifierReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
+                          parallel=rl.verifier_parallel, timeout=rl.verifier_timeout)
+
+
 def _train(cfgs, tokenizer, data, resume, state, output_dir):
     """Train from ``state`` (``resume.state``, read before Ray started, or a fresh run's)."""
-    from mindspeed_rl.models.rule_reward import VerifierReward
     from mindspeed_rl.utils.checkpoint import Checkpointer
     from mindspeed_rl.utils.loggers import MetricsLogger
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
@@ -165,8 +172,7 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
     start = state["iteration"]
     logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard, resume_from=start,
                            checkpoint=resume.folder if resume else None)
-    reward = VerifierReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
-                        parallel=rl.verifier_parallel, timeout=rl.verifier_timeout)
+    reward = make_reward(rl, tokenizer, eos_id)
     try:
         classes = worker_classes()
         weights = {"actor": actor.model_path, "critic": cfgs.critic_config.model_path if cfgs.critic_config else None}

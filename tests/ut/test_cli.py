@@ -174,3 +174,18 @@ def test_dry_run_says_which_rollout_backend_runs_and_why(capsys, monkeypatch):
     assert err.startswith("error: generate_config.rollout_backend=vllm cannot run: vLLM is not installed; "
                           "pip install -e .[vllm]") and err.count("\n") == 1
     assert not ray.is_initialized()
+
+
+def test_the_reward_takes_rl_configs_verifiers_pool_and_timeout():
+    from cli.train_grpo import make_reward
+    from mindspeed_rl.config_cls import build_configs, load_config
+    from mindspeed_rl.models.tiny_model import build_toy_tokenizer
+    rl = build_configs(load_config(TINY, ["megatron_training.model_path=/unused", "rl_config.verifier_timeout=7",
+                                          "rl_config.verifier_parallel=3", "rl_config.verifier_function=[acc,format]",
+                                          "rl_config.verifier_weight=[1.0,0.5]"])).rl_config
+    reward = make_reward(rl, build_toy_tokenizer(), eos_id=2)
+    try:
+        assert (reward.pool.processes, reward.pool.timeout) == (3, 7.0)
+        assert list(reward.verifier_function) == ["acc", "format"] and list(reward.verifier_weight) == [1.0, 0.5]
+    finally:
+        reward.close()

@@ -11,10 +11,10 @@ from mindspeed_rl.workers.scheduler import launcher
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, Timeouts
 
 
-def _plan(world=2, timeout=600.0):
+def _plan(world=2, timeout=600.0, stage=None):
     # generous: starting the workers on a loaded machine may take minutes (the stage deadline is the test's own)
     return RunPlan(Layout(world, world, 1), prompts_per_round=1, n_samples=1, mini_batch_rows=1,
-                   epochs=1, train_iters=1, timeouts=Timeouts(timeout, timeout + 60, timeout))
+                   epochs=1, train_iters=1, timeouts=Timeouts(timeout, timeout + 60, timeout, stage=stage))
 
 
 def test_stopped_worker_is_named_after_the_stage_deadline(local_ray):
@@ -23,8 +23,9 @@ def test_stopped_worker_is_named_after_the_stage_deadline(local_ray):
             dist.barrier()  # rank 0 waits here for the stopped rank 1
             return self.rank
 
-    plan = _plan(world=2)
-    group = launcher.RayActorGroup(Stage, plan, num_cpus_per_worker=0.25, stage_timeout=4.0)
+    plan = _plan(world=2, stage=4.0)  # rl_config.stage_timeout, as build_run_plan writes it
+    group = launcher.RayActorGroup(Stage, plan, num_cpus_per_worker=0.25)
+    assert group.stage_timeout == 4.0
     group_pids = [p for p, _ in group.pids]
     pid = group_pids[1]
     assert pid != os.getpid() and pid != group.pids[0][0]
