@@ -4,6 +4,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+import torch
 
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
@@ -95,3 +96,28 @@ def test_a_stage_group_holds_dp_stages():
     back = pickle.loads(wire)
     assert (back.names, back.inputs, back.outputs) == (group.names, group.inputs, group.outputs)
     assert len(wire) < len(pickle.dumps(group.stages)) / 2
+
+
+@pytest.mark.parametrize("bad", ["short", "columns"])
+def test_a_stage_write_is_all_or_nothing_when_one_rank_is_bad(bad):
+    _, _, dock = _step("rl_config.use_dp_batch_balance=false")
+    stage = dock.run_plan.stages[OLD.name]
+    column = OLD.outputs[0]
+    group = StageGroup.of(stage)
+    plan, *_ = dock.dispatch(group)
+    dock.experience_data_status[column].zero_()  # as before the stage ran
+    before = [t.clone() for t in dock.experience_data[column]]
+    lengths = dock.experience_lengths["response_length"]
+    outputs = [{column: [torch.full((int(lengths[r]),), -7.0) for share in shares for r in share]}
+               for shares in plan]
+    if bad == "short":
+        outputs[1][column] = outputs[1][column][:-1]
+    else:
+        outputs[1] = {"log_prob": outputs[1][column]}
+    with pytest.raises(ValueError, match=rf"put_stage\('{OLD.name}'\): rank 1"):
+        dock.put_stage(group, *outputs)
+    assert not bool(dock.experience_data_status[column].any())  # rank 0's rows were not written either
+    assert all(torch.equal(a, b) for a, b in zip(before, dock.experience_data[column]))
+    dock.put_stage(group, outputs[0], {column: [torch.full((int(lengths[r]),), -7.0)
+                                                for share in plan[1] for r in share]})
+    assert bool((dock.experience_data_status[column] == 1).all())
