@@ -168,7 +168,9 @@ def normalize_edit(section: str, path: str, pre: Optional[str]) -> str:
             k += 1
         n_old = sum(1 for b in body if b[:1] in (" ", "-"))
         n_new = sum(1 for b in body if b[:1] in (" ", "+"))
-        out.append(f"@@ -{_range(old_start, n_old)} +{_range(old_start + delta, n_new)} @@{tail}")
+        # git's new start: an insertion (no old lines) starts after old_start, a deletion to nothing names the line before
+        new_start = old_start + delta + (n_old == 0) - (n_new == 0)
+        out.append(f"@@ -{_range(old_start, n_old)} +{_range(new_start, n_new)} @@{tail}")
         out.extend(body)
         hunks.append((old_start, body))
         delta += n_new - n_old
@@ -180,7 +182,8 @@ def normalize_edit(section: str, path: str, pre: Optional[str]) -> str:
         return text
     old_lines, new_lines, pos = file_lines(pre), [], 0
     for old_start, body in hunks:
-        first = old_start - 1
+        # a hunk with no old lines inserts after line old_start; otherwise its first old line is old_start
+        first = old_start if not any(b[:1] in (" ", "-") for b in body) else old_start - 1
         new_lines += old_lines[pos:first]
         pos = first
         for b in body:
@@ -214,8 +217,9 @@ def section_stats(section: str, path: str) -> Tuple[int, int, Optional[Tuple[int
             raise BuildError(f"{path}: binary diff must hold two literal hunks")
         return 0, 0, (sizes[1], sizes[0]), new_file
     body = section.split("\n@@", 1)[1].split("\n") if "\n@@" in section else []
-    added = sum(1 for line in body if line.startswith("+") and not line.startswith("+++ "))
-    removed = sum(1 for line in body if line.startswith("-") and not line.startswith("--- "))
+    # the file header ('--- a/..', '+++ b/..') is before the first hunk: every '+'/'-' line after it is a change
+    added = sum(1 for line in body if line.startswith("+"))
+    removed = sum(1 for line in body if line.startswith("-"))
     return added, removed, None, new_file
 
 

@@ -87,3 +87,29 @@ def test_sections_without_hunks_or_past_upstream_end():
     past_end = "diff --git a/x b/x\nindex 1..2 100644\n--- a/x\n+++ b/x\n@@ -2 +2 @@\n-b\n+B\n"
     with pytest.raises(build_series.BuildError, match=r"^x: stored hunk at line 2 does not match upstream$"):
         build_series.normalize_edit(past_end, "x", "a\n")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.parametrize("pre, post", [("", "a\nb\n"), ("a\nb\n", ""), ("", "a"), ("x", "")])
+def test_edits_to_or_from_an_empty_file_match_git(tmp_path, pre, post):
+    want = _git_diff(tmp_path, pre, post)
+    assert "\n@@ " in want
+    assert build_series.normalize_edit(_spoil(want), "pkg/m.py", pre) == want
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.parametrize("unified", [0, 1])
+def test_insertions_and_deletions_without_context_match_git(tmp_path, unified):
+    pre = "".join(f"line {k}\n" for k in range(12))
+    post_lines = [f"line {k}" for k in range(12)]
+    post_lines[3:3] = ["new a", "new b"]  # an insertion after line 3
+    del post_lines[9]                     # a deletion of line 8
+    post = "".join(line + "\n" for line in post_lines)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "m.py").write_text(pre, encoding="utf-8")
+    (tmp_path / "b" / "m.py").write_text(post, encoding="utf-8")
+    want = subprocess.run(["git", "diff", "--no-index", "--no-color", f"-U{unified}", "a/m.py", "b/m.py"],
+                          cwd=tmp_path, capture_output=True, text=True).stdout
+    assert want.count("\n@@ ") == 2
+    assert build_series.normalize_edit(_spoil(want), "a/m.py", pre) == want

@@ -36,3 +36,10 @@ def test_section_stats_of_binary_empty_and_plain_sections():
     assert build_series.section_stats(empty, "e.py") == (0, 0, None, True)
     plain = "diff --git a/p.py b/p.py\n--- a/p.py\n+++ b/p.py\n@@ -1,2 +1,2 @@\n-a\n+b\n c\n"
     assert build_series.section_stats(plain, "p.py") == (1, 1, None, False)
+
+
+def test_section_stats_counts_changed_lines_that_look_like_file_headers():
+    # an added line whose text is '++ x' and a removed one whose text is '-- y': git counts both
+    section = ("diff --git a/m.py b/m.py\nindex 1111111..2222222 100644\n--- a/m.py\n+++ b/m.py\n"
+               "@@ -1,2 +1,2 @@\n keep\n--- y\n+++ x\n")
+    assert build_series.section_stats(section, "m.py") == (1, 1, None, False)
