@@ -212,3 +212,49 @@ def test_reset_forgets_the_plans():
     planner.reset(1)
     planner.next_share("c", torch.arange(8), 4, lengths_of)
     assert len(planner.pop_history()) == 1
+
+
+def test_one_unit_per_share_and_a_single_given_share():
+    planner = BalancePlanner()
+    assert sorted(_units(planner.make_plan("c", torch.arange(3), 1, lengths_of))) == [[0], [1], [2]]
+    (whole,) = planner.make_plan("c", torch.tensor([4, 2, 8]), 1, lengths_of, n_shares=1)
+    assert whole.tolist() == [4, 2, 8]
+
+
+def test_a_given_number_of_shares_takes_every_unit_whatever_needed_says():
+    shares = BalancePlanner().make_plan("c", torch.arange(10), 1, lengths_of, n_shares=4)
+    assert sorted(u for s in _units(shares) for u in s) == list(range(10))
+
+
+def test_the_method_chosen_is_the_one_that_splits():
+    costs = LENGTHS.sum(1).double().numpy()
+    greedy = get_seqlen_balanced_partitions(costs, 4, equal_size=True, method="greedy")
+    auto = get_seqlen_balanced_partitions(costs, 4, equal_size=True, method="auto")
+    shares = BalancePlanner(method="greedy").make_plan("c", torch.arange(12), 3, lengths_of)
+    assert _loads(shares) == sorted(int(costs[p].sum()) for p in greedy)
+    assert _loads(shares) != sorted(int(costs[p].sum()) for p in auto)  # the two methods differ here
+
+
+def test_reset_without_a_round_is_round_0():
+    planner = BalancePlanner(seed=4)
+    first = _units(planner.make_plan("c", torch.arange(12), 3, lengths_of, balanced=False))
+    planner.reset(3)
+    planner.reset()
+    assert _units(planner.make_plan("c", torch.arange(12), 3, lengths_of, balanced=False)) == first
+
+
+def test_next_share_default_unit_is_one():
+    planner = BalancePlanner()
+    planner.next_share("c", torch.arange(8), 2, lengths_of)
+    planner.pop_history()
+    planner.next_share("c", torch.arange(8), 2, lengths_of, unit=1)  # the same shape: served from the plan
+    assert planner.pop_history() == []
+
+
+def test_a_plan_whose_share_is_gone_is_dropped_even_when_nothing_can_be_planned():
+    planner = BalancePlanner()
+    planner.next_share("c", torch.arange(8), 2, lengths_of)
+    assert planner.next_share("c", torch.arange(0), 2, lengths_of) is None  # its next share is not usable
+    planner.pop_history()
+    planner.next_share("c", torch.arange(8), 2, lengths_of)  # the old plan is gone: planned afresh
+    assert len(planner.pop_history()) == 1

@@ -174,3 +174,9 @@ def test_upstream_names_resolve_from_the_compat_package_and_others_do_not():
     with pytest.raises(AttributeError, match=r"^module 'mindspeed_rl.trainer.utils.transfer_dock' has no "
                                              r"attribute 'PullDock'$"):
         transfer_dock.PullDock  # noqa: B018  (compat's own name, not re-exported here)
+
+
+def test_group_rows_are_row_indexes_even_for_no_groups():
+    rows = torch.arange(12) * 10
+    assert rows[transfer_dock.group_rows([2, 0], 3)].tolist() == [60, 70, 80, 0, 10, 20]
+    assert rows[transfer_dock.group_rows([], 3)].tolist() == []  # an empty selection still indexes
