@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from mindspeed_rl.trainer.utils import transfer_dock
+from mindspeed_rl.trainer.utils.columnar import ColumnBatch, flatten_rows, value_rows
 from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
 
 
@@ -124,6 +125,9 @@ def test_a_read_of_rows_never_put_names_the_column_and_at_most_16_rows():
     want = f"transfer dock: get rows ['responses'] needs data that was never put: 'responses' rows {missing} ..."
     with pytest.raises(RuntimeError, match=f"^{re.escape(want)}$"):
         dock.get_rows(["responses"], rows)
+    # 17 missing: the first 16 named, the rest left out
+    with pytest.raises(RuntimeError, match=r"'responses' rows \[2, .*, 17\] \.\.\.$"):
+        dock.get_rows(["responses"], rows[:19])
     # exactly 16 rows missing: all named, nothing left out
     with pytest.raises(RuntimeError, match=r"'responses' rows \[2, .*, 17\]$"):
         dock.get_rows(["responses"], rows[:18])
@@ -180,3 +184,15 @@ def test_group_rows_are_row_indexes_even_for_no_groups():
     rows = torch.arange(12) * 10
     assert rows[transfer_dock.group_rows([2, 0], 3)].tolist() == [60, 70, 80, 0, 10, 20]
     assert rows[transfer_dock.group_rows([], 3)].tolist() == []  # an empty selection still indexes
+
+
+def test_a_batch_of_buffers_is_checked_column_by_column_against_the_indexes():
+    """A rank's result arrives as a ColumnBatch of flat buffers (through Ray): it is taken as it is,
+    each column's row count checked against the indexes; a short column is refused by name."""
+    dock = _dock()
+    shipped = ColumnBatch(flat={"responses": flatten_rows("responses", [torch.ones(2), torch.ones(3)]),
+                                "response_length": value_rows(torch.tensor([2]))})
+    with pytest.raises(ValueError, match=r"^put experience: column 'response_length' has 1 rows but 2 indexes "
+                                         r"were given$"):
+        dock.put_experience(shipped, [0, 1])
+    assert not any(bool(s.any()) for s in dock.experience_data_status.values())
