@@ -1,5 +1,6 @@
 """The driver stages' math (compute_utils): the KL controller, DAPO's overlong penalty, weighted reward
 functions, the reward stage's metrics and columns, and the group-normalised advantages."""
+import json
 import math
 
 import pytest
@@ -88,6 +89,14 @@ def test_score_rows_refuses_no_functions_and_a_wrong_count():
         cu.score_rows([Fn([1.0, 2.0]), Fn([1, 2, 3])], [torch.ones(1)] * 2, [torch.ones(1)] * 2)
 
 
+def test_data_metrics_are_plain_floats_a_json_log_takes():
+    batch = {"response_length": [torch.tensor([4]), torch.tensor([10])], "prompt_length": [torch.tensor([3])] * 2}
+    metrics = cu.data_metrics(batch)
+    assert all(isinstance(v, float) for v in metrics.values())
+    assert json.loads(json.dumps(metrics)) == {"response_length/mean": 7.0, "response_length/max": 10.0,
+                                               "response_length/min": 4.0, "prompt_length/mean": 3.0}
+
+
 def test_reward_and_data_metrics():
     assert cu.reward_stats(torch.tensor([1.0, -2.0, 4.0])) == {"reward/mean": 1.0, "reward/max": 4.0,
                                                               "reward/min": -2.0}
@@ -101,6 +110,8 @@ def test_advantage_stats():
     stats = cu.advantage_stats(torch.tensor([[1.0, 0.0], [-1.0, 0.0]]))
     assert stats == pytest.approx({"advantages/mean": 0.0, "advantages/std": math.sqrt(2 / 3),
                                    "advantages/zero_frac": 0.5})
+    two = cu.advantage_stats(torch.tensor([1.0, -1.0]))  # two values: the sample std, sqrt(2)
+    assert two["advantages/std"] == pytest.approx(math.sqrt(2))
     assert cu.advantage_stats(torch.tensor([3.0])) == {"advantages/mean": 3.0, "advantages/std": 0.0,
                                                       "advantages/zero_frac": 0.0}
 
