@@ -173,3 +173,39 @@ def test_a_checkpoint_without_an_rng_folder_has_state_for_no_rank(tmp_path):
     with pytest.raises(ckpt.CheckpointError, match=r"holds RNG state for 0 rank\(s\), this run has 1 \(no state "
                                                    r"for rank 0\)"):
         ckpt.check_resumable(folder, with_optimizer=False, with_rng=True, world_size=1)
+
+
+# ------------------------------------------------------------------ damage across several shard files
+
+
+def _save_in_shards(root):
+    """One iteration folder whose DCP save spreads three tensors over three shard files."""
+    folder = ckpt.iteration_dir(str(root), 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"a": torch.ones(100), "b": torch.ones(50), "c": torch.ones(10)},
+                 storage_writer=dcp.FileSystemWriter(os.path.join(folder, ckpt.DCP_DIR), thread_count=3))
+    ckpt.write_state(folder, {"kl_coef": 0.1})
+    return folder
+
+
+def test_with_several_shards_missing_the_first_by_name_is_named(tmp_path):
+    folder = _save_in_shards(tmp_path)
+    dcp_dir = os.path.join(folder, ckpt.DCP_DIR)
+    shards = sorted(n for n in os.listdir(dcp_dir) if n.endswith(".distcp"))
+    assert len(shards) == 3
+    for name in shards:
+        os.remove(os.path.join(dcp_dir, name))
+    assert ckpt.damage(folder) == f"shard {os.path.join(dcp_dir, shards[0])} is missing"
+    # the same answer on every call: the message does not depend on the metadata's order
+    assert ckpt.damage(folder) == ckpt.damage(folder)
+
+
+def test_every_shard_file_is_checked_not_only_the_first(tmp_path):
+    folder = _save_in_shards(tmp_path)
+    dcp_dir = os.path.join(folder, ckpt.DCP_DIR)
+    last = os.path.join(dcp_dir, sorted(n for n in os.listdir(dcp_dir) if n.endswith(".distcp"))[-1])
+    size = os.path.getsize(last)
+    with open(last, "r+b") as f:
+        f.truncate(size - 1)
+    assert ckpt.damage(folder) == f"shard {last} is truncated ({size - 1} of {size} bytes)"
