@@ -208,3 +208,99 @@ def test_every_shard_file_is_checked_not_only_the_first(tmp_path):
     with open(last, "r+b") as f:
         f.truncate(size - 1)
     assert ckpt.damage(folder) == f"shard {last} is truncated ({size - 1} of {size} bytes)"
+
+
+# ------------------------------------------------------------------ what damage() names first
+
+
+def test_damage_of_an_unfinished_save_names_the_missing_part_not_a_read_error(tmp_path):
+    folder = _save(tmp_path, 1)
+    os.remove(os.path.join(folder, ckpt.STATE))
+    assert ckpt.damage(folder) == f"{ckpt.STATE} is missing"
+    assert ckpt.damage(folder, weights_only=True) == f"{ckpt.STATE} is missing"  # the save did not finish
+    os.remove(os.path.join(folder, ckpt.DCP_DIR, ".metadata"))
+    assert ckpt.damage(folder) == os.path.join(ckpt.DCP_DIR, ".metadata") + " is missing"
+    assert ckpt.damage(os.path.join(str(tmp_path), "iter_0000009")) == "the folder is missing"
+
+
+def test_unreadable_metadata_names_the_readers_error(tmp_path):
+    folder = _save(tmp_path, 1)
+    metadata = os.path.join(folder, ckpt.DCP_DIR, ".metadata")
+    with open(metadata, "wb") as f:
+        f.write(b"not a pickle")
+    try:
+        dcp.FileSystemReader(os.path.join(folder, ckpt.DCP_DIR)).read_metadata()
+    except Exception as err:  # noqa: BLE001  (whatever the reader raises is what the message names)
+        kind = type(err).__name__
+    assert ckpt.damage(folder) == f"{metadata} is not readable ({kind})"
+    with pytest.raises(ckpt.CheckpointError) as info:
+        ckpt.check_resumable(folder, with_optimizer=True, with_rng=False, world_size=1)
+    assert str(info.value) == f"{metadata} is not readable ({kind})"
+
+
+def test_a_finetune_checks_every_shard_and_falls_back_from_a_damaged_newest(tmp_path, capsys):
+    older = _save(tmp_path, 1)
+    newest = _save(tmp_path, 2)
+    shard = os.path.join(newest, ckpt.DCP_DIR, "__0_0.distcp")
+    with open(shard, "r+b") as f:
+        f.truncate(os.path.getsize(shard) // 2)
+    resume = ckpt.open_resume(str(tmp_path), finetune=True)
+    assert (resume.folder, resume.iteration, resume.finetune) == (older, 1, True)
+    assert "resuming from the previous intact iteration 1" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ removals the OS refuses
+
+
+@pytest.fixture
+def undeletable(monkeypatch):
+    """Paths under which os.unlink fails as on a read-only mount (root ignores permissions, so it is faked)."""
+    refused = []
+    real_unlink = os.unlink
+
+    def unlink(path, *args, dir_fd=None, **kwargs):
+        where = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path) if dir_fd is not None else str(path)
+        if any(where.startswith(r + os.sep) for r in refused):
+            raise PermissionError(13, "Permission denied", where)
+        return real_unlink(path, *args, dir_fd=dir_fd, **kwargs)
+    monkeypatch.setattr(os, "unlink", unlink)
+    return refused
+
+
+def _workers(fail=False):
+    def save(folder):
+        os.makedirs(os.path.join(folder, ckpt.DCP_DIR))
+        with open(os.path.join(folder, ckpt.DCP_DIR, "__0_0.distcp"), "wb") as f:
+            f.write(b"x")
+        if fail:
+            raise RuntimeError("rank 1 died mid-save")
+        open(os.path.join(folder, ckpt.DCP_DIR, ".metadata"), "wb").close()
+    return save
+
+
+def test_a_stale_partial_save_the_os_will_not_remove_does_not_stop_the_save(tmp_path, undeletable):
+    import socket
+    import subprocess
+    import sys
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    stale = tmp_path / f".tmp-iter_0000001-{socket.gethostname().replace('-', '_')}-{dead}-abcd1234"
+    (stale / ckpt.DCP_DIR).mkdir(parents=True)
+    (stale / ckpt.DCP_DIR / "__0_0.distcp").write_bytes(b"x")
+    undeletable.append(str(stale))
+    folder = ckpt.Checkpointer(str(tmp_path), _workers()).save(2, {"kl_coef": 0.1})
+    assert ckpt.resolve(str(tmp_path)) == (folder, 2)
+    assert stale.exists()  # left as it was; the next save tries again
+
+
+def test_a_failed_save_whose_temporary_cannot_be_removed_raises_the_save_error(tmp_path, undeletable):
+    undeletable.append(str(tmp_path))  # every file under the root
+    with pytest.raises(RuntimeError, match="rank 1 died mid-save"):
+        ckpt.Checkpointer(str(tmp_path), _workers(fail=True)).save(1, {"kl_coef": 0.1})
+
+
+def test_a_replaced_folder_that_cannot_be_removed_leaves_the_new_save_complete(tmp_path, undeletable):
+    ckpt.Checkpointer(str(tmp_path), _workers()).save(3, {"kl_coef": 0.1})
+    undeletable.append(str(tmp_path))  # the old folder of iteration 3, moved aside, cannot be emptied
+    folder = ckpt.Checkpointer(str(tmp_path), _workers()).save(3, {"kl_coef": 0.2})
+    assert ckpt.resolve(str(tmp_path)) == (folder, 3) and ckpt.read_state(folder)["kl_coef"] == 0.2
