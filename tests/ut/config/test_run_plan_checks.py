@@ -477,3 +477,92 @@ def test_summary_of_a_grpo_plan():
     assert _plan({"use_dp_batch_balance": False}).summary() == (
         "layout DP=2 TP=1 (2 workers, ddp engine); 32 rows per round; actor_rollout: 1 x 16 rows/rank; "
         "ref_log_prob: 1 x 16 rows/rank; actor_log_prob: 1 x 16 rows/rank; actor_train: 2 x 8 rows/rank")
+
+
+# ------------------------------------------------------------------ TP against the model's sizes
+
+
+def _model(**keys):
+    """A model section (num_layers set): llama-shaped unless keys name another family."""
+    return {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "ffn_hidden_size": 128, **keys}
+
+
+def _tp2(**keys):
+    return _plan(actor={"tensor_model_parallel_size": 2, **_model(**keys)})
+
+
+def _tp_refusal(size):
+    return f"actor_config.tensor_model_parallel_size=2 does not divide the model's {size}"
+
+
+@pytest.mark.parametrize("keys, refused", [
+    ({"num_attention_heads": 3}, "num_attention_heads=3"),
+    ({"group_query_attention": True, "num_query_groups": 3}, "num_query_groups=3"),
+    ({"ffn_hidden_size": 129}, "ffn_hidden_size=129"),
+    # Qwen3-MoE: no dense MLP to split, heads still split
+    ({"num_experts": 4, "ffn_hidden_size": 129}, None),
+    ({"num_experts": 4, "num_attention_heads": 3}, "num_attention_heads=3"),
+    # DeepSeek-V3: the first_k_dense_replace dense MLPs (HF default 3) and the shared experts split
+    ({"multi_latent_attention": True, "ffn_hidden_size": 129}, "ffn_hidden_size=129"),
+    ({"multi_latent_attention": True, "ffn_hidden_size": 129, "first_k_dense_replace": 1}, "ffn_hidden_size=129"),
+    ({"multi_latent_attention": True, "ffn_hidden_size": 129, "first_k_dense_replace": 0}, None),
+    ({"multi_latent_attention": True, "moe_ffn_hidden_size": 129},
+     "moe_ffn_hidden_size * n_shared_experts (shared experts)=129"),
+    ({"multi_latent_attention": True, "moe_ffn_hidden_size": 129, "n_shared_experts": 2}, None),
+    ({"multi_latent_attention": True, "moe_ffn_hidden_size": 129, "n_shared_experts": 0}, None),
+    ({"num_experts": 4, "moe_ffn_hidden_size": 129}, None),  # routed experts are never split over TP
+])
+def test_tp_must_divide_what_the_engine_splits_for_the_family(keys, refused):
+    if refused is None:
+        assert _tp2(**keys).layout.tp == 2
+    else:
+        with pytest.raises(PlanError) as info:
+            _tp2(**keys)
+        assert str(info.value) == _tp_refusal(refused)
+
+
+def test_deepseek_heads_count_only_where_transformers_splits_mla():
+    from mindspeed_rl.config_cls.run_plan import _family_splits_attention
+    if _family_splits_attention("deepseek_v3"):
+        with pytest.raises(PlanError, match=r"num_attention_heads=3$"):
+            _tp2(multi_latent_attention=True, num_attention_heads=3)
+    else:
+        assert _tp2(multi_latent_attention=True, num_attention_heads=3).layout.tp == 2
+
+
+def test_sizes_are_not_checked_without_tp_or_without_a_model_section():
+    odd = {"num_attention_heads": 3, "ffn_hidden_size": 129}
+    assert _plan(actor=_model(**odd)).layout.tp == 1
+    assert _plan(actor={"tensor_model_parallel_size": 2, "num_attention_heads": 3}).layout.tp == 2  # no num_layers
+    assert _tp2(ffn_hidden_size=None).layout.tp == 2  # a size not given is not checked
+
+
+def test_the_critics_sizes_name_critic_config():
+    with pytest.raises(PlanError) as info:
+        _plan(critic={"tensor_model_parallel_size": 2, **_model(num_attention_heads=3)}, ppo=True)
+    assert str(info.value) == ("critic_config.tensor_model_parallel_size=2 does not divide the model's "
+                               "num_attention_heads=3")
+
+
+# ------------------------------------------------------------------ features the stage table reads
+
+
+def test_features_follow_the_configs():
+    feats = _plan({"init_kl_coef": 0.0}).features
+    assert (feats.kl_in_loss, feats.kl_in_reward, feats.critic, feats.dynamic_sampling) == (False, False, False, False)
+    assert feats.estimator == "group_norm" and not feats.on_policy
+    assert _plan({"init_kl_coef": 0.01}).features.kl_in_loss
+    # on-policy: one mini-batch of the train batch, one epoch; the train batch is the filter's under DAPO
+    assert _plan({"mini_batch_size": 8}).features.on_policy
+    assert not _plan({"mini_batch_size": 8, "epochs": 2}).features.on_policy
+    dapo = _plan(_filter(filter_groups_train_batch_size=4), {}).features
+    assert dapo.dynamic_sampling and dapo.on_policy  # mini-batch 4 prompts = the 4 kept prompts
+    assert not _plan(_filter(filter_groups_train_batch_size=8, filter_groups_max_batches=1)).features.on_policy
+
+
+def test_rollout_log_probs_follow_the_rollout_backend():
+    vllm, hf = _plan(gen={"rollout_backend": "vllm"}), _plan(gen={"rollout_backend": "hf"})
+    assert vllm.features.rollout_log_probs is True and hf.features.rollout_log_probs is False
+    # vLLM's rollout also writes its log-probs, transformers' generate does not
+    assert vllm.stages["actor_rollout"].outputs == ("responses", "response_length", "rollout_log_probs")
+    assert hf.stages["actor_rollout"].outputs == ("responses", "response_length")
