@@ -220,7 +220,7 @@ def test_update_dispatch_size_that_cuts_upstreams_mini_batches_unevenly_is_refus
         "multiple of 8 or leave it unset")
 
 
-@pytest.mark.parametrize("size", [4, 16, 24])
+@pytest.mark.parametrize("size", [1, 4, 16, 24])
 def test_other_update_dispatch_sizes_run_the_same_mini_batches_and_say_so(size):
     with pytest.warns(UserWarning) as caught:
         _plan({"actor_update_dispatch_size": size})
@@ -566,3 +566,24 @@ def test_rollout_log_probs_follow_the_rollout_backend():
     # vLLM's rollout also writes its log-probs, transformers' generate does not
     assert vllm.stages["actor_rollout"].outputs == ("responses", "response_length", "rollout_log_probs")
     assert hf.stages["actor_rollout"].outputs == ("responses", "response_length")
+
+
+def test_the_critics_update_dispatch_size_is_judged_in_the_critics_layout():
+    # critic on 4 devices: 4 rows per optimizer step and rank; the actor's DP 2 would give 8
+    with pytest.warns(UserWarning) as caught:
+        _plan({"critic_resource": {"num_npus": 4}, "critic_update_dispatch_size": 8}, ppo=True)
+    assert [str(w.message) for w in caught] == [
+        "rl_config.critic_update_dispatch_size=8 only sizes upstream's update fetches: each optimizer step here "
+        "trains on mini_batch_size // DP = 4 rows per rank (DP=4), the same mini-batches"]
+    assert _refused({"critic_resource": {"num_npus": 4}, "critic_update_dispatch_size": 6}, ppo=True) == (
+        "rl_config.critic_update_dispatch_size=6 is not a multiple of the rows a rank trains per optimizer step in "
+        "the config's layout (mini_batch_size // DP = 4): upstream would train on uneven mini-batches; give a "
+        "multiple of 4 or leave it unset")
+
+
+def test_the_critics_worker_spec_names_critic_config():
+    cfgs = _configs({"use_dynamic_bsz": True, "max_packing_token_size": 64}, ppo=True)
+    cfgs[3].micro_batch_size = 0
+    with pytest.raises(ValueError) as info:
+        build_run_plan(*cfgs)
+    assert str(info.value).startswith("critic_config.micro_batch_size=0 must be an int > 0 or unset")
