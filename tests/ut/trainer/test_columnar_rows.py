@@ -190,3 +190,26 @@ def test_gather_gives_the_rows_in_order_for_short_and_long_rows(length):
     wide.put(torch.arange(3), flatten_rows("w", [torch.full((length, 2), float(i)) for i in range(3)]))
     flat, lengths, trailing = wide.gather(torch.tensor([2, 1]))
     assert flat.tolist() == [2.0] * (2 * length) + [1.0] * (2 * length) and trailing == (2,)
+
+
+def test_a_row_of_no_items_is_a_value_not_a_gap():
+    """An empty response (0 tokens) is stored, read back and cleared like any other row."""
+    store = ColumnStore(3)
+    store.put(torch.tensor([0, 1]), flatten_rows("c", [torch.ones(0), torch.tensor([4.0, 5.0])]))
+    flat, lengths, _ = store.gather(torch.tensor([0, 1]))
+    assert flat.tolist() == [4.0, 5.0] and lengths.tolist() == [0, 2]
+    assert [v.tolist() for v in store.views(torch.tensor([1, 0]))] == [[4.0, 5.0], []]
+    with pytest.raises(KeyError, match=r"rows \[2\] hold no value"):
+        store.gather(torch.tensor([0, 2]))
+    store.clear_rows(torch.tensor([0]))
+    assert store[0] is None and store[1].tolist() == [4.0, 5.0]
+    with pytest.raises(KeyError, match=r"rows \[0\] hold no value"):
+        store.gather(torch.tensor([0]))
+
+
+def test_unpadded_rows_count_the_rows_not_the_width():
+    padded = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    with pytest.raises(ValueError, match=r"^3 lengths for 2 rows$"):
+        unpadded_rows(padded, [1, 1, 1])
+    flat, lengths, _ = unpadded_rows(padded, [0, 3])
+    assert flat.tolist() == [4, 5, 6]
