@@ -321,6 +321,11 @@ def test_group_filter_spec_and_the_train_batch_it_sets():
     assert (bigger.dock_prompts, bigger.train_rows_per_round, bigger.mini_batches) == (16, 64, 4)
 
 
+def test_a_train_batch_of_one_prompt_is_taken():
+    plan = _plan(_filter(filter_groups_train_batch_size=1, mini_batch_size=1))
+    assert plan.group_filter.train_prompts == 1 and plan.train_rows_per_round == 4
+
+
 def test_a_train_batch_the_mini_batch_does_not_divide_names_the_filter_key():
     with pytest.raises(PlanError, match=r"must divide the train batch of 6 prompts \(24 samples"):
         _plan(_filter(filter_groups_train_batch_size=6, filter_groups_max_batches=1), {"micro_batch_size": 1},
@@ -521,13 +526,25 @@ def test_tp_must_divide_what_the_engine_splits_for_the_family(keys, refused):
         assert str(info.value) == _tp_refusal(refused)
 
 
-def test_deepseek_heads_count_only_where_transformers_splits_mla():
-    from mindspeed_rl.config_cls.run_plan import _family_splits_attention
-    if _family_splits_attention("deepseek_v3"):
-        with pytest.raises(PlanError, match=r"num_attention_heads=3$"):
+@pytest.mark.parametrize("splits", [True, False])
+def test_deepseek_heads_count_only_where_transformers_splits_mla(monkeypatch, splits):
+    """Whether the installed transformers' DeepSeek-V3 plan splits MLA by heads (5.25 on) decides; both answers
+    stand in for the installed one here."""
+    from mindspeed_rl.config_cls import run_plan
+    asked = []
+    monkeypatch.setattr(run_plan, "_family_splits_attention", lambda family: asked.append(family) or splits)
+    if splits:
+        with pytest.raises(PlanError) as info:
             _tp2(multi_latent_attention=True, num_attention_heads=3)
+        assert str(info.value) == _tp_refusal("num_attention_heads=3")
     else:
         assert _tp2(multi_latent_attention=True, num_attention_heads=3).layout.tp == 2
+    assert asked == ["deepseek_v3"]
+    # other families never ask: their heads always split
+    asked.clear()
+    with pytest.raises(PlanError):
+        _tp2(num_attention_heads=3)
+    assert asked == []
 
 
 def test_sizes_are_not_checked_without_tp_or_without_a_model_section():
