@@ -67,11 +67,12 @@ def test_folded_parallel_sizes_must_be_positive_ints(key, value):
     assert _refused_set("actor", key, value) == f"actor_config.{key}={value!r} must be a positive int"
 
 
-def test_pipeline_times_context_must_divide_the_devices():
-    assert _refused({"actor_resource": {"num_npus": 4}},
-                    {"pipeline_model_parallel_size": 2, "context_parallel_size": 3}) == \
-        ("rl_config.actor_resource.num_npus=4 must be divisible by tensor x pipeline x context parallel = "
-         "1 x 2 x 3")
+@pytest.mark.parametrize("devices, pp, cp", [(4, 2, 3), (2, 1, 4), (2, 4, 1)])
+def test_pipeline_times_context_must_divide_the_devices(devices, pp, cp):
+    assert _refused({"actor_resource": {"num_npus": devices}},
+                    {"pipeline_model_parallel_size": pp, "context_parallel_size": cp}) == \
+        (f"rl_config.actor_resource.num_npus={devices} must be divisible by tensor x pipeline x context parallel = "
+         f"1 x {pp} x {cp}")
 
 
 def test_expert_parallel_must_divide_the_data_parallel_size():
