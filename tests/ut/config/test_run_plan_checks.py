@@ -605,3 +605,29 @@ def test_the_critics_worker_spec_names_critic_config():
     with pytest.raises(ValueError) as info:
         build_run_plan(*cfgs)
     assert str(info.value).startswith("critic_config.micro_batch_size=0 must be an int > 0 or unset")
+
+
+# ------------------------------------------------------------------ driver stages and roles
+
+
+def test_driver_stages_take_the_whole_round_unbalanced():
+    plan = _plan({"use_dp_batch_balance": True})
+    for name in ("rule_reward", "compute_advantage"):
+        stage = plan.stages[name]
+        assert not stage.is_dp and stage.kind == "driver"
+        assert (stage.rows_per_share, stage.shares_per_rank, stage.balanced) == (32, 1, False)
+        assert stage.planned_rows == 32
+    assert plan.stages["rule_reward"].outputs == ("rm_scores",)
+    # under DAPO the reward also writes the filter's metric column, which the filter reads
+    dapo = _plan(_filter())
+    assert dapo.stages["rule_reward"].outputs == ("rm_scores", table.FILTER_METRIC)
+    assert table.FILTER_METRIC in dapo.stages[table.FILTER.name].inputs
+
+
+def test_a_stage_on_a_role_without_a_group_names_the_groups_there_are(monkeypatch):
+    import dataclasses
+    probe = dataclasses.replace(table.OLD, name="judge_probe", role="judge")
+    monkeypatch.setattr(table, "STAGES", tuple(table.STAGES) + (probe,))
+    assert _refused() == ("stage 'judge_probe' runs on role 'judge', which has no worker group in this run "
+                          "(groups: ['actor', 'ref'])")
+    assert _refused(ppo=True).endswith("(groups: ['actor', 'ref', 'critic'])")
