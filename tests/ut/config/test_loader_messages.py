@@ -252,6 +252,17 @@ def test_a_verifier_name_must_be_a_string():
     assert _message(_build, "rl_config.verifier_function=[5]") == "rl_config.verifier_function: 5 is not a verifier name"
 
 
+@pytest.mark.parametrize("override, message", [
+    ("rl_config.use_dp_batch_balanse=true",
+     "rl_config: unknown key 'use_dp_batch_balanse'; did you mean 'use_dp_batch_balance'?"),
+    ("generate_config.sampling_config.temprature=1.0",
+     "generate_config.sampling_config: unknown key 'temprature'; did you mean 'temperature'?"),
+    ("model.tiny_qwen2.num_layer=2", "model tiny_qwen2: unknown key 'num_layer'; did you mean 'num_layers'?"),
+])
+def test_an_unknown_key_names_its_section_and_the_closest_key(override, message):
+    assert _message(_build, override) == message
+
+
 def test_an_unknown_key_without_a_close_one_has_no_hint():
     assert _message(_build, "rl_config.zzzzzz=1") == "rl_config: unknown key 'zzzzzz'"
     assert _message(_build, "model.tiny_qwen2.zzzzzz=1") == "model tiny_qwen2: unknown key 'zzzzzz'"
