@@ -339,3 +339,30 @@ def test_the_critic_is_saved_with_the_actor(tmp_path):
             f"critic_config.{key}={other!r} differs from the actor's {save!r}: the critic is saved in and loaded "
             f"from the actor's checkpoint folders; leave it unset or give the same folder")
     assert os.listdir(tmp_path) == []  # nothing was made
+
+
+def test_a_megatron_format_load_names_the_key_the_file_and_the_weights_to_give(tmp_path):
+    step = tmp_path / "iter_0000002"
+    step.mkdir()
+    for name in ("common.pt", "metadata.json", "__0_0.distcp"):
+        (step / name).write_bytes(b"")
+    assert _message(_build, f"megatron_training.load={tmp_path}", "megatron_training.finetune=true",
+                    "megatron_training.tokenizer_name_or_path=./Qwen2.5-7B") == (
+        f"megatron_training.load={str(tmp_path)!r} is a Megatron-format checkpoint ({step / 'common.pt'}), which "
+        f"this implementation does not read: give the HF weights folder (config.json + *.safetensors) as "
+        f"megatron_training.model_path (tokenizer_name_or_path='./Qwen2.5-7B' is taken as that folder when "
+        f"model_path is unset) and remove megatron_training.load; megatron_training.load is only for checkpoints "
+        f"this implementation saved")
+
+
+def test_an_unknown_verifier_is_named_with_the_closest_and_the_known_ones():
+    text = _message(_build, "rl_config.verifier_function=['base_ac']")
+    assert text.startswith("rl_config.verifier_function: unknown verifier 'base_ac' (did you mean 'base_acc'?); "
+                           "known: ")
+    assert "length_match" in text.split("known: ")[1]
+
+
+def test_a_missing_weights_only_load_warns_as_a_user_warning(tmp_path):
+    with pytest.warns(UserWarning, match="does not exist: nothing is loaded from it"):
+        build_configs(load_config(TINY, [f"megatron_training.load={tmp_path / 'gone'}",
+                                         f"megatron_training.model_path={tmp_path}", "megatron_training.finetune=true"]))
