@@ -361,8 +361,3 @@ def test_an_unknown_verifier_is_named_with_the_closest_and_the_known_ones():
                            "known: ")
     assert "length_match" in text.split("known: ")[1]
 
-
-def test_a_missing_weights_only_load_warns_as_a_user_warning(tmp_path):
-    with pytest.warns(UserWarning, match="does not exist: nothing is loaded from it"):
-        build_configs(load_config(TINY, [f"megatron_training.load={tmp_path / 'gone'}",
-                                         f"megatron_training.model_path={tmp_path}", "megatron_training.finetune=true"]))
