@@ -252,6 +252,17 @@ def test_a_verifier_name_must_be_a_string():
     assert _message(_build, "rl_config.verifier_function=[5]") == "rl_config.verifier_function: 5 is not a verifier name"
 
 
+@pytest.mark.parametrize("override, message", [
+    ("rl_config.use_dp_batch_balanse=true",
+     "rl_config: unknown key 'use_dp_batch_balanse'; did you mean 'use_dp_batch_balance'?"),
+    ("generate_config.sampling_config.temprature=1.0",
+     "generate_config.sampling_config: unknown key 'temprature'; did you mean 'temperature'?"),
+    ("model.tiny_qwen2.num_layer=2", "model tiny_qwen2: unknown key 'num_layer'; did you mean 'num_layers'?"),
+])
+def test_an_unknown_key_names_its_section_and_the_closest_key(override, message):
+    assert _message(_build, override) == message
+
+
 def test_an_unknown_key_without_a_close_one_has_no_hint():
     assert _message(_build, "rl_config.zzzzzz=1") == "rl_config: unknown key 'zzzzzz'"
     assert _message(_build, "model.tiny_qwen2.zzzzzz=1") == "model tiny_qwen2: unknown key 'zzzzzz'"
@@ -328,3 +339,25 @@ def test_the_critic_is_saved_with_the_actor(tmp_path):
             f"critic_config.{key}={other!r} differs from the actor's {save!r}: the critic is saved in and loaded "
             f"from the actor's checkpoint folders; leave it unset or give the same folder")
     assert os.listdir(tmp_path) == []  # nothing was made
+
+
+def test_a_megatron_format_load_names_the_key_the_file_and_the_weights_to_give(tmp_path):
+    step = tmp_path / "iter_0000002"
+    step.mkdir()
+    for name in ("common.pt", "metadata.json", "__0_0.distcp"):
+        (step / name).write_bytes(b"")
+    assert _message(_build, f"megatron_training.load={tmp_path}", "megatron_training.finetune=true",
+                    "megatron_training.tokenizer_name_or_path=./Qwen2.5-7B") == (
+        f"megatron_training.load={str(tmp_path)!r} is a Megatron-format checkpoint ({step / 'common.pt'}), which "
+        f"this implementation does not read: give the HF weights folder (config.json + *.safetensors) as "
+        f"megatron_training.model_path (tokenizer_name_or_path='./Qwen2.5-7B' is taken as that folder when "
+        f"model_path is unset) and remove megatron_training.load; megatron_training.load is only for checkpoints "
+        f"this implementation saved")
+
+
+def test_an_unknown_verifier_is_named_with_the_closest_and_the_known_ones():
+    text = _message(_build, "rl_config.verifier_function=['base_ac']")
+    assert text.startswith("rl_config.verifier_function: unknown verifier 'base_ac' (did you mean 'base_acc'?); "
+                           "known: ")
+    assert "length_match" in text.split("known: ")[1]
+

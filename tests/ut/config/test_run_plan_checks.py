@@ -67,11 +67,12 @@ def test_folded_parallel_sizes_must_be_positive_ints(key, value):
     assert _refused_set("actor", key, value) == f"actor_config.{key}={value!r} must be a positive int"
 
 
-def test_pipeline_times_context_must_divide_the_devices():
-    assert _refused({"actor_resource": {"num_npus": 4}},
-                    {"pipeline_model_parallel_size": 2, "context_parallel_size": 3}) == \
-        ("rl_config.actor_resource.num_npus=4 must be divisible by tensor x pipeline x context parallel = "
-         "1 x 2 x 3")
+@pytest.mark.parametrize("devices, pp, cp", [(4, 2, 3), (2, 1, 4), (2, 4, 1)])
+def test_pipeline_times_context_must_divide_the_devices(devices, pp, cp):
+    assert _refused({"actor_resource": {"num_npus": devices}},
+                    {"pipeline_model_parallel_size": pp, "context_parallel_size": cp}) == \
+        (f"rl_config.actor_resource.num_npus={devices} must be divisible by tensor x pipeline x context parallel = "
+         f"1 x {pp} x {cp}")
 
 
 def test_expert_parallel_must_divide_the_data_parallel_size():
@@ -321,6 +322,11 @@ def test_group_filter_spec_and_the_train_batch_it_sets():
     assert (bigger.dock_prompts, bigger.train_rows_per_round, bigger.mini_batches) == (16, 64, 4)
 
 
+def test_a_train_batch_of_one_prompt_is_taken():
+    plan = _plan(_filter(filter_groups_train_batch_size=1, mini_batch_size=1))
+    assert plan.group_filter.train_prompts == 1 and plan.train_rows_per_round == 4
+
+
 def test_a_train_batch_the_mini_batch_does_not_divide_names_the_filter_key():
     with pytest.raises(PlanError, match=r"must divide the train batch of 6 prompts \(24 samples"):
         _plan(_filter(filter_groups_train_batch_size=6, filter_groups_max_batches=1), {"micro_batch_size": 1},
@@ -521,13 +527,25 @@ def test_tp_must_divide_what_the_engine_splits_for_the_family(keys, refused):
         assert str(info.value) == _tp_refusal(refused)
 
 
-def test_deepseek_heads_count_only_where_transformers_splits_mla():
-    from mindspeed_rl.config_cls.run_plan import _family_splits_attention
-    if _family_splits_attention("deepseek_v3"):
-        with pytest.raises(PlanError, match=r"num_attention_heads=3$"):
+@pytest.mark.parametrize("splits", [True, False])
+def test_deepseek_heads_count_only_where_transformers_splits_mla(monkeypatch, splits):
+    """Whether the installed transformers' DeepSeek-V3 plan splits MLA by heads (5.25 on) decides; both answers
+    stand in for the installed one here."""
+    from mindspeed_rl.config_cls import run_plan
+    asked = []
+    monkeypatch.setattr(run_plan, "_family_splits_attention", lambda family: asked.append(family) or splits)
+    if splits:
+        with pytest.raises(PlanError) as info:
             _tp2(multi_latent_attention=True, num_attention_heads=3)
+        assert str(info.value) == _tp_refusal("num_attention_heads=3")
     else:
         assert _tp2(multi_latent_attention=True, num_attention_heads=3).layout.tp == 2
+    assert asked == ["deepseek_v3"]
+    # other families never ask: their heads always split
+    asked.clear()
+    with pytest.raises(PlanError):
+        _tp2(num_attention_heads=3)
+    assert asked == []
 
 
 def test_sizes_are_not_checked_without_tp_or_without_a_model_section():
@@ -587,3 +605,29 @@ def test_the_critics_worker_spec_names_critic_config():
     with pytest.raises(ValueError) as info:
         build_run_plan(*cfgs)
     assert str(info.value).startswith("critic_config.micro_batch_size=0 must be an int > 0 or unset")
+
+
+# ------------------------------------------------------------------ driver stages and roles
+
+
+def test_driver_stages_take_the_whole_round_unbalanced():
+    plan = _plan({"use_dp_batch_balance": True})
+    for name in ("rule_reward", "compute_advantage"):
+        stage = plan.stages[name]
+        assert not stage.is_dp and stage.kind == "driver"
+        assert (stage.rows_per_share, stage.shares_per_rank, stage.balanced) == (32, 1, False)
+        assert stage.planned_rows == 32
+    assert plan.stages["rule_reward"].outputs == ("rm_scores",)
+    # under DAPO the reward also writes the filter's metric column, which the filter reads
+    dapo = _plan(_filter())
+    assert dapo.stages["rule_reward"].outputs == ("rm_scores", table.FILTER_METRIC)
+    assert table.FILTER_METRIC in dapo.stages[table.FILTER.name].inputs
+
+
+def test_a_stage_on_a_role_without_a_group_names_the_groups_there_are(monkeypatch):
+    import dataclasses
+    probe = dataclasses.replace(table.OLD, name="judge_probe", role="judge")
+    monkeypatch.setattr(table, "STAGES", tuple(table.STAGES) + (probe,))
+    assert _refused() == ("stage 'judge_probe' runs on role 'judge', which has no worker group in this run "
+                          "(groups: ['actor', 'ref'])")
+    assert _refused(ppo=True).endswith("(groups: ['actor', 'ref', 'critic'])")
