@@ -97,7 +97,7 @@ class StagePlan:
 
     @property
     def planned_rows(self) -> int:
-        """Rows of a full round of this stage over all DP ranks (a filtered round may hold fewer)."""
+        """Rows one DP rank gets in a full round of this stage (a filtered round may hold fewer)."""
         return self.rows_per_share * self.shares_per_rank
 
     @property
