@@ -25,3 +25,22 @@ def test_without_dynamic_sampling_the_step_is_grpos_on_one_batch(local):
     # a fresh trainer counts one batch per iteration: after iteration 4 it has taken 4
     assert trainer.data_position == 4
     assert all(isinstance(v, float) for v in m.values())
+
+
+def test_fit_refills_from_its_data_iterator_and_takes_the_resumed_kl_coefficient(local):
+    trainer, workers = _trainer("megatron_training.train_iters=2")
+    history = trainer.fit(batches(), start_iteration=0, kl_coef=0.25)
+    # each iteration drew 2 batches from the iterator fit was given (refills included)
+    assert [m["dapo/rollout_batches"] for m in history] == [2.0, 2.0]
+    assert trainer.data_position == 4
+    assert len(_trained(workers)) == 2 * 18
+    # the fixed KL controller keeps the coefficient passed in
+    assert trainer.kl_ctrl.value == 0.25
+    assert trainer.state_dict(2)["kl_coef"] == 0.25
+
+
+def test_a_resumed_fit_runs_only_the_iterations_left(local):
+    trainer, _ = _trainer("megatron_training.train_iters=2", data_position=2)
+    history = trainer.fit(batches(start=2), start_iteration=1)
+    assert len(history) == 1 and history[0]["dapo/rollout_batches"] == 2.0
+    assert trainer.state_dict(2)["data_position"] == 4
