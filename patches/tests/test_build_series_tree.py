@@ -202,37 +202,38 @@ def _refused(tmp_path, **kw):
 
 EDIT = "diff --git a/up/e.py b/up/e.py\nindex 1111111..2222222 100644\n--- a/up/e.py\n+++ b/up/e.py\n" \
        "@@ -4 +4 @@\n-line 3\n+line three\n"
-UPSTREAM = "pkg/m.py"
+M_PATH = "pkg/m.py"
 
 
 def test_step_refusals_name_the_commit_and_the_file(tmp_path):
-    from_upstream = spec.Package(UPSTREAM, upstream_has=True)
+    from_upstream = spec.Package(M_PATH, upstream_has=True)
     assert _refused(tmp_path, package=[from_upstream]) == "c0ffee0: pkg/m.py: no upstream original (pass --upstream)"
     two_hunks = ("diff --git a/pkg/m.py b/pkg/m.py\nindex 1111111..2222222 100644\n--- a/pkg/m.py\n"
                  "+++ b/pkg/m.py\n@@ -1 +1 @@\n-a\n+b\n@@ -5 +5 @@\n-c\n+d\n")
     assert _refused(tmp_path, package=[from_upstream], committed="Subject: x\n---\n" + two_hunks) == \
         "pkg/m.py: the committed diff is not one whole-file hunk; pass --upstream"
-    renamed = spec.Package(UPSTREAM, adaptations=(spec.Replace("def gone():\n", "def here():\n", "rename"),))
+    renamed = spec.Package(M_PATH, adaptations=(spec.Replace("def gone():\n", "def here():\n", "rename"),))
     assert _refused(tmp_path, package=[renamed]) == (
         "c0ffee0: pkg/m.py: adaptation 1 (rename): text to replace found 0 times, expected once: 'def gone():'")
     assert _refused(tmp_path, edits={"up/e.py": EDIT}, upstream={"up/e.py": "line 0\nline 1\n"}) == \
         "up/e.py: stored hunk at line 4 does not match upstream"
-    assert _refused(tmp_path, package=[spec.Package(UPSTREAM)], edits={"pkg/m.py": EDIT}) == \
+    assert _refused(tmp_path, package=[spec.Package(M_PATH)], edits={"pkg/m.py": EDIT}) == \
         "c0ffee0: pkg/m.py is both package-sourced and an upstream edit"
     assert _refused(tmp_path) == "c0ffee0: 0001-x: no files"
-    one_literal = "diff --git a/up/b.bin b/up/b.bin\nindex 1111111..2222222 100644\nGIT binary patch\nliteral 3\nabc\n\n"
+    one_literal = ("diff --git a/up/b.bin b/up/b.bin\nindex 1111111..2222222 100644\n"
+                   "GIT binary patch\nliteral 3\nabc\n\n")
     assert _refused(tmp_path, edits={"up/b.bin": one_literal}) == "up/b.bin: binary diff must hold two literal hunks"
 
 
 def test_upstream_original_wins_over_the_committed_one(tmp_path):
-    committed = "Subject: x\n---\n" + build_series.whole_file_diff(UPSTREAM, "stale = 1\n", OURS_M)
-    mail = _build(tmp_path, package=[spec.Package(UPSTREAM, upstream_has=True)], committed=committed,
-                  upstream={UPSTREAM: UPSTREAM_M})
-    section = build_series.split_sections(mail)[UPSTREAM]
-    assert section == build_series.whole_file_diff(UPSTREAM, UPSTREAM_M, OURS_M)
+    committed = "Subject: x\n---\n" + build_series.whole_file_diff(M_PATH, "stale = 1\n", OURS_M)
+    mail = _build(tmp_path, package=[spec.Package(M_PATH, upstream_has=True)], committed=committed,
+                  upstream={M_PATH: UPSTREAM_M})
+    section = build_series.split_sections(mail)[M_PATH]
+    assert section == build_series.whole_file_diff(M_PATH, UPSTREAM_M, OURS_M)
     # without upstream the committed original is used
-    mail = _build(tmp_path, package=[spec.Package(UPSTREAM, upstream_has=True)], committed=committed)
-    assert build_series.split_sections(mail)[UPSTREAM] == build_series.whole_file_diff(UPSTREAM, "stale = 1\n", OURS_M)
+    mail = _build(tmp_path, package=[spec.Package(M_PATH, upstream_has=True)], committed=committed)
+    assert build_series.split_sections(mail)[M_PATH] == build_series.whole_file_diff(M_PATH, "stale = 1\n", OURS_M)
 
 
 def test_a_stored_edit_without_final_newline_keeps_the_next_file_on_its_own_line(tmp_path):
