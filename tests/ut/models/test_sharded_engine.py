@@ -14,8 +14,10 @@ import torch.multiprocessing as mp
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from mindspeed_rl.models import sharding
+from mindspeed_rl.models import causal_lm
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from ut.models.engine_cases import engine_data, linear_loss_fn
+from ut.models.rank_threads import SerialLoads, run_ranks
 
 N = 8
 
@@ -46,33 +48,37 @@ def _full_grads(engine):
     return out
 
 
+def _rank_result(rank, dp, tp, fsdp, model_dir):
+    """What one rank of a (dp, tp) layout computes on its DP share: gradients, weights, sizes, log-probs."""
+    mesh = sharding.build_mesh("cpu", dp, tp)
+    dp_rank = rank // tp
+    prompts, responses = engine_data(N)
+    tokens = sum(r.numel() for r in responses)
+    mine = list(range(dp_rank, N, dp))  # this DP rank's samples
+    engine = _engine(model_dir, mesh, fsdp)
+    p_local = [prompts[i] for i in mine]
+    r_local = [responses[i] for i in mine]
+    micro = [[0, 1], list(range(2, len(mine)))]
+    engine.compute_grads(p_local, r_local, micro, linear_loss_fn(mine), tokens, dp_size=dp, with_entropy=False)
+    grads = _full_grads(engine)
+    metrics = engine.train_step(p_local, r_local, micro, linear_loss_fn(mine), tokens, dp_size=dp, with_entropy=False)
+    weights = engine.state_dict_for_save()
+    params = list(engine.module.parameters())
+    sizes = {"params": sharding.local_bytes(params),
+             "optimizer": sharding.optimizer_state_bytes(engine.optimizer),
+             "planned": 4 * sum(sharding.planned_local_numel(n, tuple(p.shape), dp, tp, dp_rank, rank % tp, fsdp)
+                                for n, p in engine.module.named_parameters())}
+    log_probs, _ = engine.log_probs(prompts, responses, [[0, 1, 2], [3, 4, 5, 6, 7]])
+    greedy = engine.generate(prompts[:3], max_new_tokens=5, temperature=0.0, eos_id=3, pad_id=0)
+    return {"grads": grads, "weights": weights, "sizes": sizes, "log_probs": log_probs,
+            "greedy": greedy, "grad_norm": metrics["actor/grad_norm"]}
+
+
 def _worker(rank, world, dp, tp, fsdp, init_file, model_dir, out_dir):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        mesh = sharding.build_mesh("cpu", dp, tp)
-        dp_rank = rank // tp
-        prompts, responses = engine_data(N)
-        tokens = sum(r.numel() for r in responses)
-        mine = list(range(dp_rank, N, dp))  # this DP rank's samples
-        engine = _engine(model_dir, mesh, fsdp)
-        p_local = [prompts[i] for i in mine]
-        r_local = [responses[i] for i in mine]
-        micro = [[0, 1], list(range(2, len(mine)))]
-        engine.compute_grads(p_local, r_local, micro, linear_loss_fn(mine), tokens, dp_size=dp, with_entropy=False)
-        grads = _full_grads(engine)
-        metrics = engine.train_step(p_local, r_local, micro, linear_loss_fn(mine), tokens, dp_size=dp, with_entropy=False)
-        weights = engine.state_dict_for_save()
-        params = list(engine.module.parameters())
-        sizes = {"params": sharding.local_bytes(params),
-                 "optimizer": sharding.optimizer_state_bytes(engine.optimizer),
-                 "planned": 4 * sum(sharding.planned_local_numel(n, tuple(p.shape), dp, tp, dp_rank, rank % tp, fsdp)
-                                    for n, p in engine.module.named_parameters())}
-        log_probs, _ = engine.log_probs(prompts, responses, [[0, 1, 2], [3, 4, 5, 6, 7]])
-        greedy = engine.generate(prompts[:3], max_new_tokens=5, temperature=0.0, eos_id=3, pad_id=0)
-        torch.save({"grads": grads, "weights": weights, "sizes": sizes, "log_probs": log_probs,
-                    "greedy": greedy, "grad_norm": metrics["actor/grad_norm"]},
-                   os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save(_rank_result(rank, dp, tp, fsdp, model_dir), os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -102,14 +108,14 @@ def _memory_plan(dp, tp, fsdp):
     return plan_memory(cfgs)
 
 
-@pytest.mark.parametrize("dp,tp,fsdp", [(2, 1, True), (2, 2, True), (2, 2, False)])
-def test_sharded_layout_matches_single_process(model_dir, tmp_path, dp, tp, fsdp):
-    grads, weights, log_probs, greedy, norm, full_bytes = _reference(model_dir)
-    world = dp * tp
-    mp.spawn(_worker, args=(world, dp, tp, fsdp, str(tmp_path / "init"), model_dir, str(tmp_path)),
-             nprocs=world, join=True)
-    for rank in range(world):
-        got = torch.load(tmp_path / f"rank{rank}.pt")
+@pytest.fixture(scope="module")
+def reference(model_dir):
+    return _reference(model_dir)
+
+
+def _check(ranks, reference, dp, tp, fsdp):
+    grads, weights, log_probs, greedy, norm, full_bytes = reference
+    for rank, got in enumerate(ranks):
         for name, g in grads.items():
             torch.testing.assert_close(got["grads"][name], g, atol=1e-5, rtol=1e-5, msg=name)
         assert got["grad_norm"] == pytest.approx(norm, rel=1e-5)
@@ -131,3 +137,18 @@ def test_sharded_layout_matches_single_process(model_dir, tmp_path, dp, tp, fsdp
         if rank == 0:  # the memory plan reports rank 0 (the largest shard)
             planned = _memory_plan(dp, tp, fsdp)
             assert (planned.params, planned.optimizer) == (sizes["params"], sizes["optimizer"])
+
+
+# real processes: the TP x FSDP layout once over gloo
+def test_sharded_layout_matches_single_process(model_dir, reference, tmp_path):
+    dp, tp, fsdp = 2, 2, True
+    mp.spawn(_worker, args=(dp * tp, dp, tp, fsdp, str(tmp_path / "init"), model_dir, str(tmp_path)),
+             nprocs=dp * tp, join=True)
+    _check([torch.load(tmp_path / f"rank{r}.pt") for r in range(dp * tp)], reference, dp, tp, fsdp)
+
+
+# every layout with the ranks as threads of this process (rank_threads.py)
+@pytest.mark.parametrize("dp,tp,fsdp", [(1, 2, False), (2, 1, True), (2, 1, False), (2, 2, True), (2, 2, False)])
+def test_threaded_layout_matches_single_process(model_dir, reference, dp, tp, fsdp, monkeypatch):
+    monkeypatch.setattr(causal_lm, "AutoModelForCausalLM", SerialLoads(causal_lm.AutoModelForCausalLM))
+    _check(run_ranks(dp * tp, _rank_result, dp, tp, fsdp, model_dir), reference, dp, tp, fsdp)

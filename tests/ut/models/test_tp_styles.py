@@ -1,26 +1,24 @@
 """TP styles of an HF plan: what the engine applies, what stays replicated over tp, and why.
 
 The pure checks run on meta-device models with a plan set on their config. The
-spawned check runs 2 gloo ranks (TP=2) against a single process for plans that
+TP=2 check runs 2 ranks (threads, rank_threads.py) against a single process for plans that
 the installed transformers may not give: DeepSeek-V3's MLA split
 (``mla_kv_a_proj``, transformers 5.25), the ``_rep`` styles, and a style the
 engine has never seen (its block stays whole, the rest is split).
 """
 import contextlib
 import io
-import os
-import traceback
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from mindspeed_rl.models import sharding
+from mindspeed_rl.models import causal_lm
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.tiny_model import build_tiny_checkpoint, tiny_config
 from ut.models.engine_cases import engine_data, linear_loss_fn
+from ut.models.rank_threads import SerialLoads, run_ranks
 
 N = 8
 LLAMA = {
@@ -177,52 +175,51 @@ def _plan_of(family, plan):
             del cls.base_model_tp_plan
 
 
-def _case(rank, family, plan, model_dir, mesh):
-    out = {}
-    if rank == 0:
-        out["single"] = _run(_engine(model_dir))
-    err = io.StringIO()
-    with _plan_of(family, plan), contextlib.redirect_stderr(err):
-        engine = _engine(model_dir, mesh)
-        meta = _meta(family, plan)
-    out["tp2"] = _run(engine)
-    out["said"] = err.getvalue()
-    out["params"] = sharding.local_bytes(engine.module.parameters())
+def _case(rank, family, plan, model_dir):
+    engine = _engine(model_dir, sharding.build_mesh("cpu", 1, 2))
+    meta = _meta(family, plan)
+    out = {"tp2": _run(engine), "params": sharding.local_bytes(engine.module.parameters())}
     out["planned"] = 4 * sum(sharding.planned_local_numel(n, tuple(p.shape), 1, 2, 0, rank, False,
                                                           plan=sharding.tp_plan(meta))
                              for n, p in meta.named_parameters())
     return out
 
 
-def _worker(rank, init_file, model_dirs, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    try:
-        mesh = sharding.build_mesh("cpu", 1, 2)
-        for name, (family, plan) in CASES.items():
-            try:
-                res = _case(rank, family, plan, model_dirs[family], mesh)
-            except Exception:  # noqa: BLE001 - this case's result
-                res = {"error": traceback.format_exc()}
-            torch.save(res, os.path.join(out_dir, f"{name}.rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.fixture(scope="module")
 def tp2(tmp_path_factory):
+    """Each case on 2 TP ranks (threads of this process, rank_threads.py) and on one process; what
+    rank 0 said on stderr about the styles left whole."""
     root = tmp_path_factory.mktemp("tp_styles")
     model_dirs = {f: build_tiny_checkpoint(root / f, seed=0, model_type=f) for f in ("llama", "deepseek_v3")}
-    mp.spawn(_worker, args=(str(root / "init"), model_dirs, str(root)), nprocs=2, join=True)
-    return {name: [torch.load(root / f"{name}.rank{r}.pt") for r in range(2)] for name in CASES}
+    out = {}
+    with pytest.MonkeyPatch.context() as mp_:
+        mp_.setattr(causal_lm, "AutoModelForCausalLM", SerialLoads(causal_lm.AutoModelForCausalLM))
+        for name, (family, plan) in CASES.items():
+            single = _run(_engine(model_dirs[family]))
+            mp_.setattr(sharding, "_SAID", set())  # each case says its lines afresh
+            err = io.StringIO()
+            with _plan_of(family, plan), contextlib.redirect_stderr(err):
+                ranks = run_ranks(2, _case, family, plan, model_dirs[family])
+            out[name] = {"single": single, "ranks": ranks, "said": err.getvalue()}
+    return out
+
+
+def test_only_global_rank_zero_says_what_stays_replicated(monkeypatch, capsys):
+    model = _meta("llama", UNKNOWN)
+    monkeypatch.setattr(sharding, "_SAID", set())
+    monkeypatch.setattr(sharding.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(sharding.dist, "get_rank", lambda: 1)
+    sharding._say_replicated(model)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sharding.dist, "get_rank", lambda: 0)
+    sharding._say_replicated(model)
+    sharding._say_replicated(model)  # once per process
+    assert capsys.readouterr().err == "".join(f"{line}\n" for line in sharding.replicated_lines(model))
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_tp2_matches_single_process(tp2, case):
-    ranks = tp2[case]
-    for got in ranks:
-        assert "error" not in got, got.get("error")
-    ref = ranks[0]["single"]
+    ranks, ref = tp2[case]["ranks"], tp2[case]["single"]
     for rank, got in enumerate(ranks):
         res = got["tp2"]
         for kind in ("grads", "weights"):
@@ -234,11 +231,14 @@ def test_tp2_matches_single_process(tp2, case):
     family, plan = CASES[case]
     meta = _meta(family, plan)
     sharded = sharding.tp_plan(meta)
+    # what stays replicated was said, each line once (stderr also has transformers' progress bars)
+    said = [line for line in tp2[case]["said"].splitlines() if line.startswith("tensor parallel:")]
+    assert len(said) == len(set(said)) and set(sharding.replicated_lines(meta)) <= set(said)
     if case == "unknown":
-        # the engine named what it left whole (rank 0 speaks), and split the MLP
-        assert ("tensor parallel: Llama layers.*.self_attn.o_proj style 'future_style' is not applied by this "
-                "engine; the module stays replicated over tp") in ranks[0]["said"]
-        assert "tensor parallel:" not in ranks[1]["said"]
+        # the engine named what it left whole, once, and split the MLP
+        line = ("tensor parallel: Llama layers.*.self_attn.o_proj style 'future_style' is not applied by this "
+                "engine; the module stays replicated over tp")
+        assert line in said
         assert not any(".self_attn." in n for n in sharded) and any(".mlp." in n for n in sharded)
     else:
         assert any(".self_attn." in n for n in sharded) and any(".mlp." in n for n in sharded)
