@@ -91,6 +91,11 @@ def _range(start: int, count: int) -> str:
     return str(start) if count == 1 else f"{start},{count}"
 
 
+def _whole(count: int) -> str:
+    # a whole file's side of a hunk header; git writes an empty side as 0,0
+    return _range(1, count) if count else "0,0"
+
+
 NO_EOL = "\\ No newline at end of file"
 
 
@@ -110,12 +115,12 @@ def whole_file_diff(path: str, old: Optional[str], new: str) -> str:
     new_id = blob_id(new.encode())[:7]
     if old is None:
         head = (f"diff --git a/{path} b/{path}\nnew file mode 100644\nindex 0000000..{new_id}\n"
-                f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +{_range(1, len(new_lines))} @@\n")
+                f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +{_whole(len(new_lines))} @@\n")
         return head + hunk_lines("+", new)
     old_lines = file_lines(old)
     head = (f"diff --git a/{path} b/{path}\nindex {blob_id(old.encode())[:7]}..{new_id} 100644\n"
             f"--- a/{path}\n+++ b/{path}\n"
-            f"@@ -{_range(1, len(old_lines))} +{_range(1, len(new_lines))} @@\n")
+            f"@@ -{_whole(len(old_lines))} +{_whole(len(new_lines))} @@\n")
     return head + hunk_lines("-", old) + hunk_lines("+", new)
 
 
@@ -136,7 +141,7 @@ def old_from_section(section: str, path: str) -> Optional[str]:
     if "\nnew file mode" in section.split("@@", 1)[0]:
         return None
     hunks = section.split("\n@@ ")
-    if len(hunks) != 2 or not hunks[1].startswith("-1"):
+    if len(hunks) != 2 or not hunks[1].startswith(("-1", "-0,0 ")):
         raise BuildError(f"{path}: the committed diff is not one whole-file hunk; pass --upstream")
     body = hunks[1].split("\n")[1:]
     old = "".join(line[1:] + "\n" for line in body if line.startswith("-"))

@@ -98,6 +98,14 @@ def test_edits_to_or_from_an_empty_file_match_git(tmp_path, pre, post):
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.parametrize("pre, post", [("", "a\nb\n"), ("a\nb\n", ""), ("a\n", "b\nc\n"), ("x", "y\n")])
+def test_whole_file_diff_is_gits_and_gives_back_the_original(tmp_path, pre, post):
+    # no line in common: git's diff is one hunk that removes every old line and adds every new one
+    assert build_series.whole_file_diff("pkg/m.py", pre, post) == _git_diff(tmp_path, pre, post)
+    assert build_series.old_from_section(build_series.whole_file_diff("pkg/m.py", pre, post), "pkg/m.py") == pre
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 @pytest.mark.parametrize("unified", [0, 1])
 def test_insertions_and_deletions_without_context_match_git(tmp_path, unified):
     pre = "".join(f"line {k}\n" for k in range(12))
