@@ -79,7 +79,7 @@ def test_a_row_longer_than_the_room_left_after_compaction_grows_the_buffer():
 
 
 def test_a_growing_buffer_keeps_the_columns_dtype_and_exact_values():
-    big = 2 ** 40 + 1  # not a float32 (or float64-rounded int32) value
+    big = 2 ** 40 + 1  # not exact as a float32
     store = ColumnStore(3)
     _put(store, 0, torch.tensor([big, -big], dtype=torch.int64))
     _put(store, 1, torch.full((3000,), big, dtype=torch.int64))  # past the first buffer
