@@ -153,6 +153,10 @@ class ColumnBatch(dict):
         self._all()
         return dict.__eq__(self, other)
 
+    def __ne__(self, other):  # dict's own != reads only the views made so far
+        self._all()
+        return dict.__ne__(self, other)
+
     __hash__ = None
 
     def __repr__(self):
