@@ -30,12 +30,18 @@ class SerialLoads:
             return self.auto_cls.from_pretrained(*args, **kwargs)
 
 
+def serial_loads():
+    """Held while a rank thread builds a model itself (meta-device models too), for the same reason."""
+    return _LOAD
+
+
 def run_ranks(world: int, fn, *args, timeout: float = 600.0):
     """``fn(rank, *args)`` on ``world`` threads, one rank each; returns the results by rank.
     A rank that raises wakes the others and its error is raised here, naming the rank; a rank
     still running after ``timeout`` seconds raises TimeoutError."""
     with _LOCK:
         _install_threaded_pg()
+        ProcessLocalGroup.reset()  # a failed world before this one leaves its termination flag set
         torch._C._distributed_c10d._set_thread_isolation_mode(True)
         store = dist.HashStore()
         results, errors = [None] * world, []  # errors in the order they happened

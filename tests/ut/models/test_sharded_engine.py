@@ -152,3 +152,35 @@ def test_sharded_layout_matches_single_process(model_dir, reference, tmp_path):
 def test_threaded_layout_matches_single_process(model_dir, reference, dp, tp, fsdp, monkeypatch):
     monkeypatch.setattr(causal_lm, "AutoModelForCausalLM", SerialLoads(causal_lm.AutoModelForCausalLM))
     _check(run_ranks(dp * tp, _rank_result, dp, tp, fsdp, model_dir), reference, dp, tp, fsdp)
+
+
+def _bf16_rank(rank, model_dir, seen):
+    engine = CausalLMEngine(model_dir, torch.device("cpu"), use_remove_padding=True, seed=0,
+                            mesh=sharding.build_mesh("cpu", 2, 1), fsdp=True, autocast_dtype=torch.bfloat16)
+    module = engine.module
+    # what a decoder layer and the root (embedding) compute with
+    for name, sub in (("layer", module.model.layers[0].self_attn.q_proj), ("root", module.model.embed_tokens)):
+        sub.register_forward_hook(lambda mod, inp, out, name=name: seen.append((rank, name, out.dtype)))
+    prompts, responses = engine_data(N)
+    mine = list(range(rank, N, 2))
+    engine.compute_grads([prompts[i] for i in mine], [responses[i] for i in mine], [[0, 1, 2, 3]],
+                         linear_loss_fn(mine), sum(r.numel() for r in responses), dp_size=2, with_entropy=False)
+    return {p.dtype for p in module.parameters()} | {p.grad.dtype for p in module.parameters()}
+
+
+def test_threaded_fsdp_computes_in_bf16_and_reduces_gradients_in_fp32(model_dir, monkeypatch):
+    monkeypatch.setattr(causal_lm, "AutoModelForCausalLM", SerialLoads(causal_lm.AutoModelForCausalLM))
+    seen, reduced = [], []
+
+    def recording(fn):
+        def wrapped(*args, **kwargs):
+            reduced.append(kwargs.get("input", args[1] if len(args) > 1 else None).dtype)
+            return fn(*args, **kwargs)
+        return wrapped
+    for name in ("reduce_scatter_single", "reduce_scatter_tensor"):  # FSDP2 calls the first
+        if hasattr(dist, name):
+            monkeypatch.setattr(dist, name, recording(getattr(dist, name)))
+    stored = run_ranks(2, _bf16_rank, model_dir, seen)
+    assert stored == [{torch.float32}, {torch.float32}]  # master weights and their gradients stay fp32
+    assert {(r, name, torch.bfloat16) for r in range(2) for name in ("layer", "root")} == set(seen)
+    assert reduced and set(reduced) == {torch.float32}

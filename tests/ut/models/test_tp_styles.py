@@ -18,7 +18,7 @@ from mindspeed_rl.models import causal_lm
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.tiny_model import build_tiny_checkpoint, tiny_config
 from ut.models.engine_cases import engine_data, linear_loss_fn
-from ut.models.rank_threads import SerialLoads, run_ranks
+from ut.models.rank_threads import SerialLoads, run_ranks, serial_loads
 
 N = 8
 LLAMA = {
@@ -38,7 +38,12 @@ DEEPSEEK_MLA = {
 UNKNOWN = {**LLAMA, "layers.*.self_attn.o_proj": "future_style"}
 REP = {**LLAMA, "layers.*.mlp.gate_proj": "colwise_rep", "layers.*.mlp.up_proj": "colwise_rep",
        "layers.*.mlp.down_proj": "rowwise_rep"}
-CASES = {"deepseek_mla": ("deepseek_v3", DEEPSEEK_MLA), "rep_styles": ("llama", REP), "unknown": ("llama", UNKNOWN)}
+# Qwen3's plan: q_norm / k_norm see only the local heads, their gradients are summed over tp
+QWEN3_NORMS = {**LLAMA, "layers.*.self_attn.q_norm": "replicated_with_grad_allreduce",
+               "layers.*.self_attn.k_norm": "replicated_with_grad_allreduce"}
+# name -> (family, plan, dp): dp=2 puts two tp groups in the world, so a collective on the wrong group shows
+CASES = {"deepseek_mla": ("deepseek_v3", DEEPSEEK_MLA, 2), "rep_styles": ("llama", REP, 1),
+         "unknown": ("llama", UNKNOWN, 1), "qwen3_norms": ("qwen3", QWEN3_NORMS, 2)}
 
 
 def _meta(family, plan, **overrides):
@@ -148,14 +153,16 @@ def _full(t):
     return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().clone()
 
 
-def _run(engine):
+def _run(engine, dp=1, dp_rank=0):
+    # this DP rank's share of the rows (all of them in one process); the gradients are the full batch's
     prompts, responses = engine_data(N)
-    tokens, rows = sum(r.numel() for r in responses), list(range(N))
-    micro = [[0, 1, 2], list(range(3, N))]
-    engine.compute_grads(prompts, responses, micro, linear_loss_fn(rows), tokens, with_entropy=False)
+    tokens, mine = sum(r.numel() for r in responses), list(range(dp_rank, N, dp))
+    p_local, r_local = [prompts[i] for i in mine], [responses[i] for i in mine]
+    micro = [[0, 1, 2], list(range(3, N))] if dp == 1 else [[0, 1], list(range(2, len(mine)))]
+    engine.compute_grads(p_local, r_local, micro, linear_loss_fn(mine), tokens, dp_size=dp, with_entropy=False)
     grads = {n: _full(p.grad) for n, p in engine.module.named_parameters()}
-    engine.train_step(prompts, responses, micro, linear_loss_fn(rows), tokens, with_entropy=False)
-    log_probs, _ = engine.log_probs(prompts, responses, [rows])
+    engine.train_step(p_local, r_local, micro, linear_loss_fn(mine), tokens, dp_size=dp, with_entropy=False)
+    log_probs, _ = engine.log_probs(prompts, responses, [list(range(N))])
     weights = {n: _full(p) for n, p in engine.module.named_parameters()}
     return {"grads": grads, "weights": weights, "log_probs": log_probs}
 
@@ -175,11 +182,12 @@ def _plan_of(family, plan):
             del cls.base_model_tp_plan
 
 
-def _case(rank, family, plan, model_dir):
-    engine = _engine(model_dir, sharding.build_mesh("cpu", 1, 2))
-    meta = _meta(family, plan)
-    out = {"tp2": _run(engine), "params": sharding.local_bytes(engine.module.parameters())}
-    out["planned"] = 4 * sum(sharding.planned_local_numel(n, tuple(p.shape), 1, 2, 0, rank, False,
+def _case(rank, family, plan, dp, model_dir):
+    engine = _engine(model_dir, sharding.build_mesh("cpu", dp, 2))
+    with serial_loads():
+        meta = _meta(family, plan)
+    out = {"tp2": _run(engine, dp, rank // 2), "params": sharding.local_bytes(engine.module.parameters())}
+    out["planned"] = 4 * sum(sharding.planned_local_numel(n, tuple(p.shape), dp, 2, rank // 2, rank % 2, False,
                                                           plan=sharding.tp_plan(meta))
                              for n, p in meta.named_parameters())
     return out
@@ -190,16 +198,20 @@ def tp2(tmp_path_factory):
     """Each case on 2 TP ranks (threads of this process, rank_threads.py) and on one process; what
     rank 0 said on stderr about the styles left whole."""
     root = tmp_path_factory.mktemp("tp_styles")
-    model_dirs = {f: build_tiny_checkpoint(root / f, seed=0, model_type=f) for f in ("llama", "deepseek_v3")}
+    model_dirs = {f: build_tiny_checkpoint(root / f, seed=0, model_type=f) for f in ("llama", "deepseek_v3", "qwen3")}
     out = {}
     with pytest.MonkeyPatch.context() as mp_:
         mp_.setattr(causal_lm, "AutoModelForCausalLM", SerialLoads(causal_lm.AutoModelForCausalLM))
-        for name, (family, plan) in CASES.items():
+        for name, (family, plan, dp) in CASES.items():
             single = _run(_engine(model_dirs[family]))
             mp_.setattr(sharding, "_SAID", set())  # each case says its lines afresh
             err = io.StringIO()
-            with _plan_of(family, plan), contextlib.redirect_stderr(err):
-                ranks = run_ranks(2, _case, family, plan, model_dirs[family])
+            try:
+                with _plan_of(family, plan), contextlib.redirect_stderr(err):
+                    ranks = run_ranks(2 * dp, _case, family, plan, dp, model_dirs[family])
+            except Exception as exc:  # noqa: BLE001 - this case's result; the other cases still run
+                out[name] = {"error": repr(exc)}
+                continue
             out[name] = {"single": single, "ranks": ranks, "said": err.getvalue()}
     return out
 
@@ -219,6 +231,7 @@ def test_only_global_rank_zero_says_what_stays_replicated(monkeypatch, capsys):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_tp2_matches_single_process(tp2, case):
+    assert "error" not in tp2[case], tp2[case].get("error")
     ranks, ref = tp2[case]["ranks"], tp2[case]["single"]
     for rank, got in enumerate(ranks):
         res = got["tp2"]
@@ -228,7 +241,7 @@ def test_tp2_matches_single_process(tp2, case):
         for a, b in zip(res["log_probs"], ref["log_probs"]):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
         assert got["params"] == got["planned"], (case, rank)  # the memory plan's count is what is held
-    family, plan = CASES[case]
+    family, plan, _ = CASES[case]
     meta = _meta(family, plan)
     sharded = sharding.tp_plan(meta)
     # what stays replicated was said, each line once (stderr also has transformers' progress bars)
@@ -244,5 +257,7 @@ def test_tp2_matches_single_process(tp2, case):
         assert any(".self_attn." in n for n in sharded) and any(".mlp." in n for n in sharded)
     if case == "deepseek_mla":
         assert "mla_kv_a" in sharded.values()
+    if case == "qwen3_norms":
+        assert "grad_sum" in sharded.values()
     if case == "rep_styles":
         assert {"colwise_rep", "rowwise_rep"} <= set(sharded.values())
