@@ -19,6 +19,7 @@ from mindspeed_rl.workers.parallel_state import ParallelState
 
 
 def _plan(world=2, tp=1, engine="ddp", shares=2):
+    """Two DP stages (reference and old log-probs) of ``shares`` shares per DP rank."""
     stages = {s.name: StagePlan(s.name, 2, shares, False, stage=s, inputs=("prompts", "responses"))
               for s in (REF, OLD)}
     return RunPlan(Layout(world, world // tp, tp, engine=engine), prompts_per_round=1, n_samples=1,
@@ -94,15 +95,17 @@ def _free(addr, port):
 
 def test_master_address_is_loopback_without_a_ray_cluster(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(bw.ray.util, "get_node_ip_address", lambda: "127.0.0.2")  # not asked without a cluster
     addr, port = bw.BaseWorker.get_master_addr_port()
-    assert addr == "127.0.0.1" and isinstance(port, int) and port > 0 and _free(addr, port)
+    # a port the OS picked (from its ephemeral range, never a privileged one), free again once returned
+    assert addr == "127.0.0.1" and isinstance(port, int) and port >= 1024 and _free(addr, port)
 
 
 def test_master_address_is_the_nodes_ip_in_a_ray_cluster(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     monkeypatch.setattr(bw.ray.util, "get_node_ip_address", lambda: "127.0.0.2")  # another loopback address
     addr, port = bw.BaseWorker.get_master_addr_port()
-    assert addr == "127.0.0.2" and port > 0 and _free(addr, port)
+    assert addr == "127.0.0.2" and port >= 1024 and _free(addr, port)
 
 
 @pytest.mark.parametrize("engine, mesh", [("ddp", []), ("fsdp", ["cpu"])])
@@ -129,6 +132,21 @@ def test_init_distributed_joins_the_group_with_the_plans_backend_and_timeout(mon
     assert not dist.is_initialized() and w.td is None
 
 
+@pytest.mark.parametrize("device, asked, backend", [("cuda", "gloo", "gloo"), ("cuda", "nccl", "nccl"),
+                                                    ("cpu", "nccl", "gloo")])
+def test_the_backend_is_the_spec_s_when_the_device_runs_it(monkeypatch, device, asked, backend):
+    calls = []
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: calls.append(a[0]))
+    monkeypatch.setattr(ParallelState, "build_groups", lambda self: self)  # no process group was made
+    plan = _plan(world=1)
+    engine = dataclasses.replace(plan.worker.engine, distributed_backend=asked)
+    plan = dataclasses.replace(plan, worker=dataclasses.replace(plan.worker, engine=engine))
+    w = bw.BaseWorker(rank=0, world_size=1, run_plan=plan)
+    w.device = torch.device(device)  # what a rank on an accelerator gets
+    w.init_distributed("127.0.0.1", 1234)
+    assert calls == [backend]
+
+
 def test_shutdown_without_a_process_group_drops_the_dock_handle():
     w = bw.BaseWorker(rank=0, world_size=2, run_plan=_plan())
     w.init_transfer_dock("handle")
@@ -150,8 +168,8 @@ class Recorder(bw.BaseWorker):
         return {"old/shares": float(len(shares))}, self.old_output
 
 
-def _worker(rank=0, world=2, tp=1, old_output=None):
-    w = Recorder(rank=rank, world_size=world, run_plan=_plan(world, tp))
+def _worker(rank=0, world=2, tp=1, old_output=None, shares=2):
+    w = Recorder(rank=rank, world_size=world, run_plan=_plan(world, tp, shares=shares))
     w.parallel_state = ParallelState.from_layout(rank, w.run_plan.layout)
     w.old_output = old_output
     return w
@@ -174,6 +192,19 @@ def test_each_share_gets_its_own_rows_and_columns():
     assert [[int(t) for t in b["responses"]] for b, _, _ in w.seen] == [[30, 40, 50], [60]]
     assert all(c == {"iteration": 4} for _, _, c in w.seen)
     assert isinstance(out, ColumnBatch) and [float(t[0]) for t in out["ref_log_prob"]] == [3.0, 4.0, 5.0, 6.0]
+
+
+def test_three_shares_are_cut_one_after_the_other():
+    w = _worker(shares=3)
+    w.run_stage(StageGroup.of(w.run_plan.stages[REF.name]), [[[0], [1, 2], [3]], [[4], [5], [6]]], _rows([0, 1, 2, 3]))
+    assert [[int(t[0]) for t in b["prompts"]] for b, _, _ in w.seen] == [[0], [1, 2], [3]]
+
+
+def test_a_plan_that_does_not_fit_the_layout_is_refused_with_the_rank():
+    w = _worker(rank=1)
+    with pytest.raises(ValueError) as info:
+        w.run_stage(StageGroup.of(w.run_plan.stages[REF.name]), [[[0], [1]]], _rows([0, 1]))
+    assert str(info.value) == "rank 1: stage 'ref_log_prob' plan has 1 DP ranks, the layout 2"
 
 
 def test_a_group_merges_the_metrics_and_outputs_of_its_stages():
