@@ -2,6 +2,7 @@
 what initialize builds, the rollout's log-probs and lengths, the update's averaged metrics and the
 rollout-drift metrics, a run without a reference model, shutdown and the HF export."""
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -25,10 +26,12 @@ class Engine:
         self.losses, self.ref_seen, self.saved = [], [], []
 
     def train_step(self, prompts, responses, parts, loss_fn, token_count, **kwargs):
-        self.train_kwargs = kwargs
+        self.train_kwargs, self.token_count, self.parts = kwargs, token_count, parts
         losses = []
         for idx in parts:
-            loss, metrics = loss_fn(idx, [torch.full((responses[i].numel(),), POLICY_LP) for i in idx], None)
+            # entropy 2.0 per token, computed only when the worker asks for it
+            entropy = [torch.full((responses[i].numel(),), 2.0) for i in idx] if kwargs["with_entropy"] else None
+            loss, metrics = loss_fn(idx, [torch.full((responses[i].numel(),), POLICY_LP) for i in idx], entropy)
             losses.append(float(loss))
         self.losses.append(losses)
         return {"actor/loss": sum(losses), "actor/steps": float(len(self.losses))}
@@ -36,6 +39,16 @@ class Engine:
     def log_probs(self, prompts, responses, parts, temperature=1.0):
         self.ref_seen.append((len(prompts), [list(p) for p in parts], temperature))
         return [torch.full((r.numel(),), -1.0) for r in responses], None
+
+    def save_sharded(self, path, with_optimizer):
+        os.makedirs(path)  # the folder a load looks for
+        self.saved.append((path, with_optimizer))
+
+    def load_sharded(self, path, with_optimizer):
+        self.loaded = (path, with_optimizer)
+
+    def set_step(self, step):
+        self.step = step
 
     def save(self, path):
         if path.endswith("bad"):
@@ -121,13 +134,14 @@ def test_rollout_returns_responses_lengths_and_the_engines_log_probs(monkeypatch
     assert metrics["timing/actor_rollout"] >= 0 and metrics["rank"] == 0.0
 
 
-def _train_batch(rows=2, old=-0.5, drift=None):
-    """Rows of 1 and 3 response tokens (advantages 1 and 2); ``drift``: the rollout's log-prob per token."""
+def _train_batch(rows=2, old=-0.5, drift=None, sign=1.0):
+    """Rows of 1 and 3 response tokens (advantages 1 and 2, times ``sign``); ``drift``: the rollout's log-prob
+    per token."""
     responses = [torch.ones(n, dtype=torch.long) for n in (1, 3)][:rows]
     columns = {"prompts": [torch.ones(2, dtype=torch.long)] * rows, "responses": responses,
                "prompt_length": [torch.tensor([2])] * rows,
                "response_length": [torch.tensor([r.numel()]) for r in responses],
-               "advantages": [torch.tensor([1.0]), torch.tensor([2.0])][:rows],
+               "advantages": [torch.tensor([sign]), torch.tensor([2.0 * sign])][:rows],
                "old_log_prob": [torch.full((r.numel(),), old) for r in responses],
                "ref_log_prob": [torch.full((r.numel(),), -2.0) for r in responses]}
     if drift is not None:
@@ -230,12 +244,14 @@ def test_export_writes_the_actor_and_names_the_folder_on_failure(monkeypatch, tm
 
 def test_loading_a_checkpoint_marks_the_rollouts_weights_stale(monkeypatch, tmp_path):
     w, plan, _ = _worker(monkeypatch)
-    (tmp_path / "dcp").mkdir()
-    steps = []
-    w.actor.load_sharded = lambda path, opt: None
-    w.actor.set_step = steps.append
-    assert w.load_checkpoint(str(tmp_path), iteration=2, with_rng=False) == 2
-    assert w.rollout.changed == 1 and steps == [2 * plan.steps_per_iteration]
+    assert w.save_checkpoint(str(tmp_path)) == str(tmp_path)
+    # by default the optimizer state and this rank's random streams are saved, and loaded again
+    assert w.actor.saved == [(str(tmp_path / "dcp"), True)] and (tmp_path / "rng" / "rank0.pt").is_file()
+    assert w.load_checkpoint(str(tmp_path), iteration=2) == 2
+    assert w.actor.loaded == (str(tmp_path / "dcp"), True) and w.actor.step == 2 * plan.steps_per_iteration
+    assert w.rollout.changed == 1
+    w.load_checkpoint(str(tmp_path), iteration=1, with_optimizer=False)
+    assert w.actor.loaded == (str(tmp_path / "dcp"), False) and w.rollout.changed == 2
 
 
 def test_rollout_seeds_use_all_63_bits():
@@ -251,3 +267,68 @@ def test_rollout_seed_takes_any_integer_seed():
     assert iw.rollout_seed(2 ** 63 + 5, 1, 2) == iw.rollout_seed(5, 1, 2)
     assert iw.rollout_seed(-1, 1, 2) == iw.rollout_seed(2 ** 63 - 1, 1, 2)
     assert iw.rollout_seed(5, 1, 2) != iw.rollout_seed(5, 2, 1)
+
+
+def test_dapo_clip_bounds_reach_the_loss(monkeypatch):
+    # off-policy ratios of e (old -1.5) and 1/e (old 0.5) against the policy's -0.5: both get clipped
+    up, down = _train_batch(old=-1.5), _train_batch(old=0.5, sign=-1.0)
+    w, _, _ = _worker(monkeypatch, "rl_config.init_kl_coef=0")
+    w.update([up, down], kl_coef=0.0)
+    assert [sum(step) for step in w.actor.losses] == pytest.approx([-1.2 * 7, 0.8 * 7])  # clip_ratio 0.2 both ways
+    w, _, _ = _worker(monkeypatch, "rl_config.init_kl_coef=0", "rl_config.clip_higher_enable=true",
+                      "rl_config.clip_ratio_low=0.05", "rl_config.clip_ratio_high=0.28")
+    w.update([up, down], kl_coef=0.0)
+    assert [sum(step) for step in w.actor.losses] == pytest.approx([-1.28 * 7, 0.95 * 7])
+
+
+@pytest.mark.parametrize("kind, per_token", [("kl", 1.5), ("low_var_kl", float(torch.exp(torch.tensor(-1.5))) + 0.5)])
+def test_the_kl_estimator_of_the_spec_is_used(monkeypatch, kind, per_token):
+    w, _, _ = _worker(monkeypatch, f"rl_config.kl_penalty={kind}")
+    for coef in (0.0, 0.5):
+        w.update([_train_batch()], kl_coef=coef)
+    plain, with_kl = (sum(step) for step in w.actor.losses)
+    # policy -0.5, reference -2.0 on each of the 4 tokens
+    assert with_kl - plain == pytest.approx(0.5 * per_token * 4, rel=1e-5)
+
+
+def test_an_entropy_bonus_asks_the_engine_for_entropy(monkeypatch):
+    w, _, _ = _worker(monkeypatch, "rl_config.init_kl_coef=0")
+    w.update([_train_batch()], kl_coef=0.0)
+    assert w.actor.train_kwargs["with_entropy"] is False
+    w, _, _ = _worker(monkeypatch, "rl_config.init_kl_coef=0", "rl_config.entropy_coeff=0.01")
+    metrics, _ = w.update([_train_batch()], kl_coef=0.0)
+    assert w.actor.train_kwargs["with_entropy"] is True
+    assert sum(w.actor.losses[0]) == pytest.approx(-7 - 0.01 * 2.0 * 4)  # entropy 2.0 on each of 4 tokens
+
+
+def test_the_token_count_is_summed_over_the_dp_group(monkeypatch):
+    reduced = []
+
+    def all_reduce(value, op, group):
+        reduced.append((value, op, group))
+        return value * 3  # as if three DP ranks held as many
+    monkeypatch.setattr(iw, "all_reduce_scalar", all_reduce)
+    w, plan, _ = _worker(monkeypatch, "generate_config.sampling_config.temperature=0.5")
+    w.parallel_state.dp_group = "the DP group"
+    w.update([_train_batch()], kl_coef=0.0)
+    assert reduced == [(4.0, "sum", "the DP group")] and w.actor.token_count == 12.0
+    assert w.actor.train_kwargs["dp_size"] == plan.layout.dp and w.actor.train_kwargs["temperature"] == 0.5
+
+
+def test_only_the_update_syncs_its_micro_batch_count(monkeypatch):
+    synced = []
+    monkeypatch.setattr(engine_worker, "sync_micro_batch_count", lambda n, group: synced.append((n, group)) or n)
+    w, _, _ = _worker(monkeypatch, "rl_config.use_dynamic_bsz=false", "actor_config.micro_batch_size=1",
+                      "rl_config.ref_forward_micro_batch_size=1")
+    w.parallel_state.dp_group = "dp"
+    w.compute_ref_log_prob([_train_batch()])
+    assert synced == []  # a forward pass needs no equal count over the ranks
+    w.update([_train_batch()], kl_coef=0.0)
+    assert synced == [(2, "dp")] and w.actor.parts == [[0], [1]]  # micro_batch_size 1: one row each
+
+
+def test_reference_log_probs_cover_every_share(monkeypatch):
+    w, _, _ = _worker(monkeypatch)
+    metrics, out = w.compute_ref_log_prob([_train_batch(), _train_batch(rows=1)])
+    assert [lp.numel() for lp in out["ref_log_prob"]] == [1, 3, 1]
+    assert metrics["tokens/ref_log_prob"] == (2 + 1) + (2 + 3) + (2 + 1)
