@@ -61,9 +61,10 @@ class Rollout:
 
     def __init__(self, with_log_probs):
         self.with_log_probs = with_log_probs
-        self.changed, self.closed = 0, 0
+        self.changed, self.closed, self.calls = 0, 0, []
 
     def generate(self, prompts, sampling, seeds, eos_id, pad_id):
+        self.calls.append((list(seeds), eos_id, pad_id))
         responses = [torch.arange(1 + int(p[0])) for p in prompts]
         log_probs = [torch.full((r.numel(),), -0.25) for r in responses] if self.with_log_probs else None
         return type("Result", (), {"responses": responses, "log_probs": log_probs})()
@@ -132,6 +133,22 @@ def test_rollout_returns_responses_lengths_and_the_engines_log_probs(monkeypatch
     # tokens of this rank: prompt + response of every row
     assert metrics["tokens/actor_rollout"] == (3 + 3) + (3 + 1) + (3 + 5) == metrics["load/actor_rollout"]
     assert metrics["timing/actor_rollout"] >= 0 and metrics["rank"] == 0.0
+    seed = plan.worker.sampling.seed if plan.worker.sampling.seed is not None else plan.seed
+    assert w.rollout.calls == [([iw.rollout_seed(seed, 2, 0), iw.rollout_seed(seed, 2, 1)], 13, 14),
+                               ([iw.rollout_seed(seed, 2, 5)], 13, 14)]
+
+
+def test_the_rollout_iteration_defaults_to_the_first(monkeypatch):
+    w, plan, _ = _worker(monkeypatch)
+    w.generate_sequences([_prompts(1)], [[3]])
+    assert w.rollout.calls[0][0] == [iw.rollout_seed(plan.seed, 0, 3)]
+
+
+def test_the_update_has_no_kl_term_by_default(monkeypatch):
+    w, _, _ = _worker(monkeypatch)
+    w.update([_train_batch()])
+    w.update([_train_batch()], kl_coef=0.0)
+    assert sum(w.actor.losses[0]) == pytest.approx(sum(w.actor.losses[1])) == pytest.approx(-7)
 
 
 def _train_batch(rows=2, old=-0.5, drift=None, sign=1.0):
@@ -260,6 +277,8 @@ def test_rollout_seeds_use_all_63_bits():
     for bit in range(63):  # uniform seeds: every bit is set in some and clear in others
         ones = sum(s >> bit & 1 for s in seeds)
         assert 0 < ones < len(seeds), bit
+    # the low 31 bits and the next ones come from different words: no seed repeats one half in the other
+    assert len({(s >> 32) ^ (s & (2 ** 31 - 1)) for s in seeds}) == len(seeds)
 
 
 def test_rollout_seed_takes_any_integer_seed():
