@@ -225,6 +225,14 @@ def test_drift_compares_the_rollouts_log_probs_with_the_trainers(monkeypatch, on
     assert metrics["actor/rollout_log_prob_k3_kl"] == pytest.approx(float(torch.expm1(torch.tensor(d))) - d)
 
 
+def test_an_on_policy_update_with_drift_keeps_the_entropy_bonus(monkeypatch):
+    w, _, _ = _worker(monkeypatch, "rl_config.init_kl_coef=0", "rl_config.mini_batch_size=8",
+                      "rl_config.entropy_coeff=0.01")
+    metrics, _ = w.update([_train_batch(drift=-0.25)], kl_coef=0.0)
+    assert sum(w.actor.losses[0]) == pytest.approx(-7 - 0.01 * 2.0 * 4)
+    assert metrics["actor/rollout_log_prob_abs_diff"] == pytest.approx(0.25)
+
+
 def test_no_drift_metrics_without_the_rollouts_log_probs(monkeypatch):
     w, _, _ = _worker(monkeypatch)
     metrics, _ = w.update([_train_batch()], kl_coef=0.0)
@@ -246,7 +254,9 @@ def test_shutdown_closes_the_rollout_once_and_tolerates_none(monkeypatch):
     w.shutdown()
     assert rollout.closed == 1 and w.td is None
     w.rollout = None
-    w.shutdown()  # no rollout (initialize never ran): nothing to close
+    w.shutdown()  # no rollout: nothing to close
+    fresh = iw.IntegratedWorker(rank=0, world_size=w.world_size, run_plan=w.run_plan)
+    fresh.shutdown()  # initialize never ran: the worker has no rollout attribute at all
 
 
 def test_export_writes_the_actor_and_names_the_folder_on_failure(monkeypatch, tmp_path):
@@ -294,6 +304,9 @@ def test_dapo_clip_bounds_reach_the_loss(monkeypatch):
     w, _, _ = _worker(monkeypatch, "rl_config.init_kl_coef=0")
     w.update([up, down], kl_coef=0.0)
     assert [sum(step) for step in w.actor.losses] == pytest.approx([-1.2 * 7, 0.8 * 7])  # clip_ratio 0.2 both ways
+    w, _, _ = _worker(monkeypatch, "rl_config.init_kl_coef=0", "rl_config.clip_ratio=0.3")
+    w.update([up, down], kl_coef=0.0)
+    assert [sum(step) for step in w.actor.losses] == pytest.approx([-1.3 * 7, 0.7 * 7])
     w, _, _ = _worker(monkeypatch, "rl_config.init_kl_coef=0", "rl_config.clip_higher_enable=true",
                       "rl_config.clip_ratio_low=0.05", "rl_config.clip_ratio_high=0.28")
     w.update([up, down], kl_coef=0.0)
