@@ -34,14 +34,17 @@ class FakeRay:
         self.node_id = node_id
         self.killed, self.removed, self.groups, self.options, self.waits, self.put = [], [], [], [], [], []
         self.ready = True
+        self.current = None  # the rank whose task runs now (its node id, its pid)
+        self.get_timeouts = []
 
     def install(self, monkeypatch):
         fake = self
         monkeypatch.setattr(ray, "cluster_resources", lambda: dict(fake.resources))
         monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 1.5})
         monkeypatch.setattr(ray, "nodes", lambda: list(fake.node_list))
-        monkeypatch.setattr(ray, "get_runtime_context",
-                            lambda: type("Context", (), {"get_node_id": lambda self: fake.node_id})())
+        monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {
+            "get_node_id": lambda self: fake.node_id if fake.current is None else f"node-{fake.current}"})())
+        monkeypatch.setattr(launcher.os, "getpid", lambda: 100 + fake.current)  # a rank's pid, in a task
         monkeypatch.setattr(ray, "wait", fake.wait)
         monkeypatch.setattr(ray, "get", fake.get)
         monkeypatch.setattr(ray, "kill", fake.kill)
@@ -60,11 +63,14 @@ class FakeRay:
         return group
 
     def wait(self, pending, num_returns=1, timeout=None):
+        if not 0 < num_returns <= len(pending):  # as Ray refuses them
+            raise ValueError(f"Invalid number of objects to return {num_returns}.")
         self.waits.append((len(pending), num_returns, timeout))
         done = [r for r in pending if r.value is not NEVER][:num_returns]
         return done, [r for r in pending if r not in done]
 
     def get(self, ref, timeout=None):
+        self.get_timeouts.append(timeout)
         if isinstance(ref, list):
             return [self.get(r) for r in ref]
         if ref.value is NEVER:
@@ -86,38 +92,53 @@ class FakeRay:
             @staticmethod
             def options(**options):
                 fake.options.append(options)
-                return type("Builder", (), {"remote": staticmethod(lambda **kw: Actor(worker(**kw)))})()
+                return type("Builder", (), {"remote": staticmethod(lambda **kw: Actor(worker(**kw), fake))})()
         return Remote
 
 
 class Actor:
     """An actor handle over a worker object in this process: ``handle.method.remote(...)`` runs it now."""
 
-    def __init__(self, obj):
-        self.obj, self.rank, self.gone = obj, obj.rank, False
+    def __init__(self, obj, fake):
+        self.obj, self.rank, self.gone, self.fake = obj, obj.rank, False, fake
 
     def __getattr__(self, name):
-        if name == "__ray_call__":
-            return type("Call", (), {"remote": staticmethod(lambda fn: Ref((100 + self.rank, f"node-{self.rank}")))})()
-        method = getattr(self.obj, name)
+        if name == "__ray_call__":  # runs a function on the actor (the launcher asks for its pid and node)
+            method = lambda fn: fn(self.obj)  # noqa: E731
+        else:
+            method = getattr(self.obj, name)
 
         def run(*args, **kwargs):
+            self.fake.current = self.rank
             try:
                 return Ref(method(*args, **kwargs))
             except Exception as err:  # noqa: BLE001  (what Ray hands back for a failed task)
                 return Ref(error=err)
+            finally:
+                self.fake.current = None
         return type("Method", (), {"remote": staticmethod(run)})()
 
 
 class Worker(BaseWorker):
-    """A rank: records its start; ``step`` answers, fails or never answers as the test asks."""
+    """A rank: records its start; ``step`` answers, fails or never answers as the test asks;
+    ``fail_in``: a start step where rank 1 fails."""
+
+    def __init__(self, rank, world_size, run_plan, fail_in=None, **kwargs):
+        super().__init__(rank, world_size, run_plan, **kwargs)
+        self.fail_in, self.extra = fail_in, kwargs
+
+    def _start_step(self, name):
+        if self.fail_in == name and self.rank == 1:
+            raise OSError(f"rank 1 cannot {name}")
 
     def init_distributed(self, master_addr, master_port):
+        self._start_step("init_distributed")
         self.master = (master_addr, master_port)
         return self.rank
 
     def get_master_addr_port(self):
-        return "10.0.0.9", 4321
+        self._start_step("get_master_addr_port")
+        return f"10.0.0.{self.rank}", 4000 + self.rank
 
     def step(self, x=0, behaviour=None):
         what = (behaviour or {}).get(self.rank)
@@ -144,18 +165,22 @@ def _group(monkeypatch, fake=None, plan=None, **kwargs):
 
 def test_start_places_one_bundle_per_rank_and_wires_the_ranks(monkeypatch):
     group, fake = _group(monkeypatch, plan=_plan(world=4, tp=2, stage=5.0, place_s=50.0), extra="passed on")
-    assert group.world_size == 4 and group.stage_timeout == 5.0 and group.strategy == "PACK"
+    assert group.world_size == 4 and group.stage_timeout == 5.0 and group.strategy == "PACK" and group.worker is Worker
     (pg,) = fake.groups
     assert pg.bundles == [{"CPU": 0.5}] * 4 and pg.strategy == "PACK"  # no accelerator: half a CPU each
     assert fake.options == [dict(num_cpus=0.5, scheduling_strategy=("bundle", pg, rank)) for rank in range(4)]
     workers = [a.obj for a in group.actors]
     assert [w.rank for w in workers] == [0, 1, 2, 3] and all(w.world_size == 4 for w in workers)
-    assert all(w.master == ("10.0.0.9", 4321) for w in workers)  # rank 0's address, for every rank
+    assert all(w.extra == {"extra": "passed on"} for w in workers)
+    assert all(w.master == ("10.0.0.0", 4000) for w in workers)  # rank 0's address, for every rank
     assert group.pids == [(100 + r, f"node-{r}") for r in range(4)]
     assert [(s.dp_rank, s.tp_rank) for s in group.states] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    # starting is bounded by the larger of the stage deadline and the placement timeout
-    assert fake.waits[:4] == [(4, 1, pytest.approx(50.0, abs=1)), (3, 1, pytest.approx(50.0, abs=1)),
-                              (2, 1, pytest.approx(50.0, abs=1)), (1, 1, pytest.approx(50.0, abs=1))]
+    # starting is bounded by the larger of the stage deadline and the placement timeout (which also
+    # bounds the placement group's start): pids and nodes (4 ranks), the address (rank 0), the process group
+    assert [w[:2] for w in fake.waits] == [(4, 1), (3, 1), (2, 1), (1, 1), (1, 1), (4, 1), (3, 1), (2, 1), (1, 1)]
+    assert all(w[2] == pytest.approx(50.0, abs=1) for w in fake.waits) and fake.get_timeouts[0] == 50.0
+    group, fake = _group(monkeypatch, plan=_plan(world=2, stage=80.0, place_s=50.0))
+    assert len(fake.waits) == 2 + 1 + 2 and all(w[2] == pytest.approx(80.0, abs=1) for w in fake.waits)
 
 
 @pytest.mark.parametrize("accel, options", [
@@ -186,6 +211,46 @@ def test_auto_placement_spreads_over_the_live_nodes(monkeypatch):
     assert group.strategy == "SPREAD" and fake.groups[0].strategy == "SPREAD"
 
 
+def test_a_rank_failing_to_join_the_process_group_is_named_with_the_step(monkeypatch):
+    fake = FakeRay().install(monkeypatch)
+    with pytest.raises(RuntimeError) as info:
+        launcher.RayActorGroup(Worker, _plan(world=2), fail_in="init_distributed")
+    assert str(info.value) == "worker rank 1 failed in 'init_distributed': OSError: rank 1 cannot init_distributed"
+    assert fake.removed == fake.groups and fake.killed == [0, 1]
+
+
+def test_the_address_is_asked_of_rank_zero_and_its_failure_named(monkeypatch):
+    class Rank0Fails(Worker):
+        def get_master_addr_port(self):
+            raise OSError("no free port")
+
+    fake = FakeRay().install(monkeypatch)
+    with pytest.raises(RuntimeError) as info:
+        launcher.RayActorGroup(Rank0Fails, _plan(world=2))
+    assert str(info.value) == "worker rank 0 failed in 'get_master_addr_port': OSError: no free port"
+
+
+def test_a_rank_silent_at_start_is_named_under_worker_start_with_its_step(monkeypatch):
+    class Slow(Worker):
+        def init_distributed(self, master_addr, master_port):
+            return NEVER if self.rank == 1 else self.rank
+
+    fake = FakeRay().install(monkeypatch)
+    with pytest.raises(launcher.StageTimeoutError) as info:
+        launcher.RayActorGroup(Slow, _plan(world=2, stage=3.0, place_s=12.0))
+    assert str(info.value) == ("'init_distributed' did not finish within 12s (worker start): rank 1 (pid 101) did "
+                               "not answer, rank(s) [0] finished; the run stops")
+
+
+def test_a_strict_placement_the_nodes_cannot_hold_is_refused(monkeypatch):
+    fake = FakeRay({"CPU": 8.0})
+    with pytest.raises(launcher.PlacementError) as info:
+        _group(monkeypatch, fake, plan=_plan(world=2, placement="STRICT_SPREAD"))
+    assert str(info.value) == ("cannot place the workers: placement STRICT_SPREAD puts each of 2 workers on its own "
+                               "node; the cluster has 1 (rl_config.actor_resource.num_npus sets the worker count)")
+    assert fake.groups == []
+
+
 def test_a_placement_group_that_never_becomes_ready_is_removed_and_named(monkeypatch):
     fake = FakeRay({"CPU": 8.0})
     fake.ready = False
@@ -196,6 +261,14 @@ def test_a_placement_group_that_never_becomes_ready_is_removed_and_named(monkeyp
                                "(PACK); the cluster has {CPU: 1.5} free now on 1 node(s) (other jobs hold the "
                                "rest?) (rl_config.actor_resource.num_npus sets the worker count)")
     assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert fake.get_timeouts == [7.5]  # the placement timeout bounds the wait for the group
+
+
+def test_the_free_resources_named_include_those_the_cluster_has_none_of_free(monkeypatch):
+    fake = FakeRay({"CPU": 8.0, "GPU": 4.0})
+    fake.ready = False
+    with pytest.raises(launcher.PlacementError, match=r"the cluster has \{CPU: 1\.5, GPU: 0\} free now"):
+        _group(monkeypatch, fake)
 
 
 def test_too_few_resources_are_refused_before_asking_ray(monkeypatch):
@@ -226,6 +299,31 @@ def test_a_failing_rank_ends_the_command_with_its_error_and_tears_down(monkeypat
     assert isinstance(info.value.__cause__, ValueError)
     assert group.actors == [] and group.placement_group is None
     assert fake.killed == [0, 1, 2] and fake.removed == [pg]
+
+
+def test_the_last_rank_failing_leaves_nobody_to_wait_for(monkeypatch):
+    group, fake = _group(monkeypatch, plan=_plan(world=3))
+    with pytest.raises(RuntimeError) as info:
+        group.execute_sync_command("step", behaviour={2: ValueError("last")})
+    assert str(info.value) == "worker rank 2 failed in 'step': ValueError: last"
+
+
+def test_without_a_stage_deadline_commands_wait_as_long_as_they_take(monkeypatch):
+    plan = RunPlan(Layout(2, 2, 1), prompts_per_round=1, n_samples=1, mini_batch_rows=1, epochs=1, train_iters=1,
+                   timeouts=Timeouts(None, 40.0, 30.0))
+    group, fake = _group(monkeypatch, plan=plan)
+    assert group.stage_timeout is None
+    assert group.execute_sync_command("step") == [(0, 0), (1, 0)]
+    assert fake.waits[-2:] == [(2, 1, None), (1, 1, None)]
+
+
+def test_a_passed_deadline_waits_no_longer(monkeypatch):
+    group, fake = _group(monkeypatch, plan=_plan(world=2, stage=5.0))
+    clock = iter(range(0, 1000, 10))  # ten seconds pass between two looks at the clock
+    monkeypatch.setattr(launcher.time, "monotonic", lambda: next(clock))
+    with pytest.raises(launcher.StageTimeoutError):
+        group.execute_sync_command("step", behaviour={1: "silent"})
+    assert fake.waits[-2:] == [(2, 1, 0.0), (1, 1, 0.0)]  # the deadline had passed before each look
 
 
 def test_ranks_that_stay_silent_after_a_failure_are_named(monkeypatch):
@@ -284,7 +382,8 @@ def test_silent_ranks_are_named_with_their_pids_after_the_deadline(monkeypatch):
 def test_a_silent_rank_on_this_node_gets_its_process_state(monkeypatch):
     fake = FakeRay(node_id="node-1")  # the driver's node is rank 1's
     group, _ = _group(monkeypatch, fake, plan=_plan(world=2, stage=2.0))
-    monkeypatch.setattr(launcher, "_process_state", lambda pid: {101: "stopped"}.get(pid))
+    # rank 0's pid is on another node: a local process with that pid is not rank 0
+    monkeypatch.setattr(launcher, "_process_state", lambda pid: {100: "zombie", 101: "stopped"}.get(pid))
     with pytest.raises(launcher.StageTimeoutError) as info:
         group.execute_sync_command("step", behaviour={0: "silent", 1: "silent"})
     assert str(info.value) == ("'step' did not finish within 2s (rl_config.stage_timeout): ranks 0, 1 "
@@ -312,7 +411,10 @@ def test_ranks_are_named_plainly_without_their_pids(monkeypatch):
 def test_run_stage_sends_each_dp_rank_its_rows_and_keeps_the_tp_sources_outputs(monkeypatch):
     class Stage(Worker):
         def run_stage(self, group, plan, batch, **context):
-            return {"rank": self.rank, "batch": batch, **context}, f"out {self.rank}"
+            if batch == "bad":
+                raise ValueError("bad rows")
+            return {"rank": self.rank, "batch": batch, "names": group.names, "plan": plan, **context}, \
+                f"out {self.rank}"
 
     fake = FakeRay().install(monkeypatch)
     stage = StageGroup.of(StagePlan("stage_x", 1, 1, False, stage=TRAIN))
@@ -323,8 +425,12 @@ def test_run_stage_sends_each_dp_rank_its_rows_and_keeps_the_tp_sources_outputs(
                                            iteration=3)
         # TP peers share one object per DP rank (ray.put once), plain rows otherwise
         assert [m["batch"] for m in metrics] == sent and all(m["iteration"] == 3 for m in metrics)
+        assert all(m["names"] == ("stage_x",) and m["plan"] == [[[0]]] * (4 // tp) for m in metrics)
         assert fake.put == (["b0", "b1"] if tp == 2 else [])
         assert outputs == (["out 0", "out 2"] if tp == 2 else ["out 0", "out 1", "out 2", "out 3"])
+    group = launcher.RayActorGroup(Stage, _plan(world=4))
+    with pytest.raises(RuntimeError, match=r"^worker rank 1 failed in 'stage_x': ValueError: bad rows$"):
+        group.run_stage(stage, [[[0]]] * 4, ["b0", "bad", "b2", "b3"])
 
 
 def test_the_group_commands_return_rank_zeros_answer(monkeypatch):
@@ -424,6 +530,14 @@ def test_strict_placements_are_checked_against_the_nodes():
     # a zero entry in the bundle does not limit a node; a node without the resource fits none
     assert launcher.placement_shortfall({"CPU": 1.0, "GPU": 0}, 2, "STRICT_PACK", two) is None
     assert launcher.placement_shortfall({"CPU": 1.0}, 1, "STRICT_PACK", [{"Resources": {}}, *one]) is None
+    # a node that lists no resources holds nothing; a resource no node has is short; the largest node must
+    # hold every resource of the bundle
+    assert launcher.placement_shortfall({"CPU": 1.0}, 1, "STRICT_PACK", [{}, *one]) is None
+    assert launcher.placement_shortfall({"GPU": 0.5}, 2, "PACK", two) == (
+        "the run asks for 2 workers x {GPU: 0.5} = {GPU: 1}; the cluster has {GPU: 0} on 2 node(s)")
+    split = [{"Resources": {"CPU": 4.0}}, {"Resources": {"GPU": 1.0}}]
+    assert launcher.placement_shortfall({"CPU": 1.0, "GPU": 1.0}, 1, "STRICT_PACK", split) == (
+        "placement STRICT_PACK puts all 1 workers x {CPU: 1, GPU: 1} on one node; the largest node fits 0")
     # the totals add up over the nodes, and exactly enough is enough
     assert launcher.placement_shortfall({"CPU": 1.5}, 2, "PACK", two) is None
     assert launcher.placement_shortfall({"CPU": 0.1}, 30, "PACK", two) is None
@@ -441,6 +555,9 @@ def test_brief_names_a_dead_actor_and_unwraps_a_task_error():
     except ValueError as cause:
         wrapped = ray.exceptions.RayTaskError("step", "Traceback ...\n" * 50, cause)
     assert launcher.brief(wrapped) == "ValueError: inner cause on two lines"
+    plain = ValueError("outer")
+    plain.cause = KeyError("inner")  # only Ray's task errors are unwrapped
+    assert launcher.brief(plain) == "ValueError: outer"
     assert launcher.brief(ValueError("x" * 588)) == "ValueError: " + "x" * 588  # 600 characters: whole
     long = launcher.brief(ValueError("a" * 300 + "b" * 700))
     assert long == "ValueError: " + "a" * 188 + " ... " + "b" * 400 and len(long) == 200 + 5 + 400
