@@ -92,23 +92,35 @@ class FakeRay:
             @staticmethod
             def options(**options):
                 fake.options.append(options)
-                return type("Builder", (), {"remote": staticmethod(lambda **kw: Actor(worker(**kw), fake))})()
+                return type("Builder", (), {"remote": staticmethod(lambda **kw: Actor.start(worker, kw, fake))})()
         return Remote
 
 
 class Actor:
     """An actor handle over a worker object in this process: ``handle.method.remote(...)`` runs it now."""
 
-    def __init__(self, obj, fake):
-        self.obj, self.rank, self.gone, self.fake = obj, obj.rank, False, fake
+    def __init__(self, obj, fake, rank=None, error=None):
+        self.obj, self.rank, self.gone, self.fake, self.error = obj, rank if obj is None else obj.rank, False, fake, error
+
+    @classmethod
+    def start(cls, worker, kwargs, fake):
+        """As Ray does: a constructor's error comes back from every call on the actor."""
+        try:
+            return cls(worker(**kwargs), fake)
+        except Exception as err:  # noqa: BLE001
+            return cls(None, fake, rank=kwargs["rank"], error=err)
 
     def __getattr__(self, name):
         if name == "__ray_call__":  # runs a function on the actor (the launcher asks for its pid and node)
             method = lambda fn: fn(self.obj)  # noqa: E731
+        elif self.obj is None:
+            method = None
         else:
             method = getattr(self.obj, name)
 
         def run(*args, **kwargs):
+            if self.error is not None:
+                return Ref(error=self.error)
             self.fake.current = self.rank
             try:
                 return Ref(method(*args, **kwargs))
@@ -217,6 +229,20 @@ def test_a_rank_failing_to_join_the_process_group_is_named_with_the_step(monkeyp
         launcher.RayActorGroup(Worker, _plan(world=2), fail_in="init_distributed")
     assert str(info.value) == "worker rank 1 failed in 'init_distributed': OSError: rank 1 cannot init_distributed"
     assert fake.removed == fake.groups and fake.killed == [0, 1]
+
+
+def test_a_rank_whose_worker_cannot_be_built_fails_the_start(monkeypatch):
+    class Broken(Worker):
+        def __init__(self, rank, **kwargs):
+            if rank == 1:
+                raise ImportError("no module named 'flash_attn'")
+            super().__init__(rank, **kwargs)
+
+    fake = FakeRay().install(monkeypatch)
+    with pytest.raises(RuntimeError) as info:
+        launcher.RayActorGroup(Broken, _plan(world=2))
+    assert str(info.value) == "worker rank 1 failed in 'start': ImportError: no module named 'flash_attn'"
+    assert fake.killed == [0, 1] and fake.removed == fake.groups
 
 
 def test_the_address_is_asked_of_rank_zero_and_its_failure_named(monkeypatch):
