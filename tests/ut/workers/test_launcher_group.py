@@ -44,7 +44,8 @@ class FakeRay:
         monkeypatch.setattr(ray, "nodes", lambda: list(fake.node_list))
         monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {
             "get_node_id": lambda self: fake.node_id if fake.current is None else f"node-{fake.current}"})())
-        monkeypatch.setattr(launcher.os, "getpid", lambda: 100 + fake.current)  # a rank's pid, in a task
+        real_getpid = launcher.os.getpid  # a rank's pid inside its task, this process's elsewhere
+        monkeypatch.setattr(launcher.os, "getpid", lambda: real_getpid() if fake.current is None else 100 + fake.current)
         monkeypatch.setattr(ray, "wait", fake.wait)
         monkeypatch.setattr(ray, "get", fake.get)
         monkeypatch.setattr(ray, "kill", fake.kill)
