@@ -2,6 +2,7 @@
 
 It only sends commands: a stage's rows come from the caller (the stage runner,
 trainer/stage_runner.py, which owns the dock's dispatch and put)."""
+import math
 import os
 import re
 import time
@@ -106,8 +107,9 @@ def placement_shortfall(bundle: Dict[str, float], count: int, strategy: str, nod
     if strategy == "STRICT_SPREAD" and count > len(nodes):
         return f"placement STRICT_SPREAD puts each of {count} workers on its own node; the cluster has {len(nodes)}"
     if strategy == "STRICT_PACK":
-        best = max((min(n.get("Resources", {}).get(k, 0.0) / v for k, v in bundle.items() if v) for n in nodes),
-                   default=0.0)
+        # a bundle that asks for nothing fits any node any number of times
+        best = max((min((n.get("Resources", {}).get(k, 0.0) / v for k, v in bundle.items() if v), default=math.inf)
+                    for n in nodes), default=0.0)
         if best + 1e-9 < count:
             return (f"placement STRICT_PACK puts all {count} workers x {_fmt(bundle)} on one node; the largest "
                     f"node fits {int(best)}")

@@ -120,6 +120,9 @@ def test_placement_shortfall_says_what_was_asked_and_what_the_cluster_has():
     assert "own node; the cluster has 1" in launcher.placement_shortfall({"CPU": 0.5}, 2, "STRICT_SPREAD", nodes)
     two = [{"Resources": {"CPU": 1.0}}, {"Resources": {"CPU": 1.0}}]
     assert "largest node fits 2" in launcher.placement_shortfall({"CPU": 0.5}, 3, "STRICT_PACK", two)
+    # workers that ask for no resource (num_cpus_per_worker=0, no accelerator) fit one node
+    assert launcher.placement_shortfall({"CPU": 0.0}, 3, "STRICT_PACK", two) is None
+    assert launcher.placement_shortfall({"CPU": 0.0}, 3, "STRICT_PACK", []) is not None  # no node at all
 
 
 # ------------------------------------------------------------------ input found before Ray starts
