@@ -7,6 +7,7 @@ testing's test mapping) and needs no spawn. The gloo process tests keep one
 layout each to check the same code across real processes.
 """
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -35,10 +36,11 @@ def serial_loads():
     return _LOAD
 
 
-def run_ranks(world: int, fn, *args, timeout: float = 600.0):
+def run_ranks(world: int, fn, *args, timeout: float = 180.0):
     """``fn(rank, *args)`` on ``world`` threads, one rank each; returns the results by rank.
-    A rank that raises wakes the others and its error is raised here, naming the rank; a rank
-    still running after ``timeout`` seconds raises TimeoutError."""
+    A rank that raises wakes the others and its error is raised here, naming the rank. Ranks
+    still running ``timeout`` seconds after the start (waiting on each other: a collective that
+    not every rank joins) are woken and TimeoutError is raised."""
     with _LOCK:
         _install_threaded_pg()
         ProcessLocalGroup.reset()  # a failed world before this one leaves its termination flag set
@@ -57,18 +59,23 @@ def run_ranks(world: int, fn, *args, timeout: float = 600.0):
                 dist.destroy_process_group()
 
         threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(world)]
+        deadline = time.monotonic() + timeout
         try:
             for t in threads:
                 t.start()
             for t in threads:
-                t.join(timeout)
+                t.join(max(0.0, deadline - time.monotonic()))
             stuck = [r for r, t in enumerate(threads) if t.is_alive()]
+            if stuck:
+                ProcessLocalGroup.exception_handle(TimeoutError())  # they leave their collectives
+                for t in threads:
+                    t.join(10.0)
         finally:
             torch._C._distributed_c10d._set_thread_isolation_mode(False)
             _uninstall_threaded_pg()
+        if stuck:
+            raise TimeoutError(f"ranks {stuck} of {world} still running after {timeout:.0f} s")
         if errors:
             rank, exc = errors[0]  # the first: the others may only have been woken by it
             raise RuntimeError(f"rank {rank} of {world} failed: {exc!r}") from exc
-        if stuck:
-            raise TimeoutError(f"ranks {stuck} of {world} still running after {timeout:.0f} s")
         return results
