@@ -194,26 +194,25 @@ def _case(rank, family, plan, dp, model_dir):
 
 
 @pytest.fixture(scope="module")
-def tp2(tmp_path_factory):
-    """Each case on 2 TP ranks (threads of this process, rank_threads.py) and on one process; what
-    rank 0 said on stderr about the styles left whole."""
+def model_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("tp_styles")
-    model_dirs = {f: build_tiny_checkpoint(root / f, seed=0, model_type=f) for f in ("llama", "deepseek_v3", "qwen3")}
-    out = {}
+    return {f: build_tiny_checkpoint(root / f, seed=0, model_type=f) for f in ("llama", "deepseek_v3", "qwen3")}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def tp2(request, model_dirs):
+    """One case on 2 TP ranks (x dp; threads of this process, rank_threads.py) and on one process;
+    what rank 0 said on stderr about the styles left whole."""
+    name = request.param
+    family, plan, dp = CASES[name]
     with pytest.MonkeyPatch.context() as mp_:
         mp_.setattr(causal_lm, "AutoModelForCausalLM", SerialLoads(causal_lm.AutoModelForCausalLM))
-        for name, (family, plan, dp) in CASES.items():
-            single = _run(_engine(model_dirs[family]))
-            mp_.setattr(sharding, "_SAID", set())  # each case says its lines afresh
-            err = io.StringIO()
-            try:
-                with _plan_of(family, plan), contextlib.redirect_stderr(err):
-                    ranks = run_ranks(2 * dp, _case, family, plan, dp, model_dirs[family])
-            except Exception as exc:  # noqa: BLE001 - this case's result; the other cases still run
-                out[name] = {"error": repr(exc)}
-                continue
-            out[name] = {"single": single, "ranks": ranks, "said": err.getvalue()}
-    return out
+        single = _run(_engine(model_dirs[family]))
+        mp_.setattr(sharding, "_SAID", set())  # the case says its lines afresh
+        err = io.StringIO()
+        with _plan_of(family, plan), contextlib.redirect_stderr(err):
+            ranks = run_ranks(2 * dp, _case, family, plan, dp, model_dirs[family])
+    return {"case": name, "single": single, "ranks": ranks, "said": err.getvalue()}
 
 
 def test_only_global_rank_zero_says_what_stays_replicated(monkeypatch, capsys):
@@ -229,10 +228,8 @@ def test_only_global_rank_zero_says_what_stays_replicated(monkeypatch, capsys):
     assert capsys.readouterr().err == "".join(f"{line}\n" for line in sharding.replicated_lines(model))
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_tp2_matches_single_process(tp2, case):
-    assert "error" not in tp2[case], tp2[case].get("error")
-    ranks, ref = tp2[case]["ranks"], tp2[case]["single"]
+def test_tp2_matches_single_process(tp2):
+    case, ranks, ref = tp2["case"], tp2["ranks"], tp2["single"]
     for rank, got in enumerate(ranks):
         res = got["tp2"]
         for kind in ("grads", "weights"):
@@ -245,7 +242,7 @@ def test_tp2_matches_single_process(tp2, case):
     meta = _meta(family, plan)
     sharded = sharding.tp_plan(meta)
     # what stays replicated was said, each line once (stderr also has transformers' progress bars)
-    said = [line for line in tp2[case]["said"].splitlines() if line.startswith("tensor parallel:")]
+    said = [line for line in tp2["said"].splitlines() if line.startswith("tensor parallel:")]
     assert len(said) == len(set(said)) and set(sharding.replicated_lines(meta)) <= set(said)
     if case == "unknown":
         # the engine named what it left whole, once, and split the MLP
