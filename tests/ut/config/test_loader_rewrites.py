@@ -1,0 +1,60 @@
+"""What build_configs fills in and where its warnings point: the weights folder taken from upstream's
+tokenizer_name_or_path only when model_path is unset, a missing batch size named by its key, and the
+warnings attributed to the line that called build_configs (not to the loader's own code)."""
+import warnings
+from pathlib import Path
+
+import pytest
+
+from mindspeed_rl.config_cls import build_configs, load_config
+
+TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
+
+
+def _actor(*overrides):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_configs(load_config(TINY, list(overrides))).actor_config
+
+
+def test_the_tokenizer_folder_is_the_weights_only_when_model_path_is_unset():
+    # upstream gives only the HF folder the weights were converted from: it is the weights
+    actor = _actor("megatron_training.tokenizer_name_or_path=/hf/tok")
+    assert actor.model_path == "/hf/tok" and actor.tokenizer_name_or_path == "/hf/tok"
+    # a model_path of its own is kept, the tokenizer folder stays the tokenizer
+    actor = _actor("megatron_training.tokenizer_name_or_path=/hf/tok", "megatron_training.model_path=/hf/weights")
+    assert actor.model_path == "/hf/weights" and actor.tokenizer_name_or_path == "/hf/tok"
+    # neither: no weights are made up
+    actor = _actor()
+    assert actor.model_path is None and actor.tokenizer_name_or_path is None
+
+
+def test_a_missing_batch_size_is_named_by_its_key():
+    with pytest.raises(ValueError) as info:
+        _actor("megatron_training.global_batch_size=null")
+    assert str(info.value) == "megatron_training.global_batch_size must be a positive int, got None"
+
+
+def _warnings_of(*overrides):
+    cfg = load_config(TINY, list(overrides))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_configs(cfg)  # the line every warning below must point at
+    return [w for w in caught if w.category is UserWarning]
+
+
+def test_an_ignored_sections_warning_points_at_the_build_configs_call():
+    caught = [w for w in _warnings_of("profiler_config.profile=true") if "profiler_config" in str(w.message)]
+    assert len(caught) == 1
+    assert caught[0].filename == __file__  # the caller's file, not loader.py or pytest's
+    assert "build_configs(cfg)" in Path(__file__).read_text().splitlines()[caught[0].lineno - 1]
+
+
+def test_a_missing_load_warning_points_at_the_build_configs_call(tmp_path):
+    gone = tmp_path / "gone"
+    caught = [w for w in _warnings_of(f"megatron_training.load={gone}", "megatron_training.finetune=true",
+                                      "megatron_training.model_path=/hf/weights")
+              if "does not exist" in str(w.message)]
+    assert len(caught) == 1
+    assert caught[0].filename == __file__
+    assert "build_configs(cfg)" in Path(__file__).read_text().splitlines()[caught[0].lineno - 1]
