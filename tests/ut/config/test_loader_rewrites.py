@@ -58,3 +58,53 @@ def test_a_missing_load_warning_points_at_the_build_configs_call(tmp_path):
     assert len(caught) == 1
     assert caught[0].filename == __file__
     assert "build_configs(cfg)" in Path(__file__).read_text().splitlines()[caught[0].lineno - 1]
+
+
+PPO = TINY.parent / "ppo_tiny_cpu.yaml"
+
+
+def _configs(*overrides, path=TINY):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_configs(load_config(path, list(overrides)))
+
+
+def test_a_critic_without_weights_of_its_own_starts_from_the_actors():
+    # only upstream's tokenizer folder is given: the actor's weights come from it, and so do the critic's
+    cfgs = _configs("megatron_training.tokenizer_name_or_path=/hf/tok", path=PPO)
+    assert cfgs.actor_config.model_path == cfgs.critic_config.model_path == "/hf/tok"
+    # a critic model_path that only repeats its tokenizer folder is not weights of its own
+    cfgs = _configs("megatron_training.model_path=/hf/actor", "critic_config.model_path=/hf/tok",
+                    "critic_config.tokenizer_name_or_path=/hf/tok", path=PPO)
+    assert cfgs.critic_config.model_path == "/hf/actor"
+
+
+def _type_error(*overrides):
+    with pytest.raises(TypeError) as info:
+        _configs(*overrides)
+    return str(info.value)
+
+
+def test_dashed_keys_are_type_checked_under_their_own_section():
+    # the role section and the model are named, not the merged megatron_training they end up in
+    assert _type_error("actor_config.train-iters=4.5") == "actor_config.train_iters expects int, got 4.5 (float)"
+    assert _type_error("model.tiny_qwen2.hidden-size=wide") == \
+        "model.tiny_qwen2.hidden_size expects int, got 'wide' (str)"
+
+
+def test_a_mapping_for_a_plain_key_is_named_under_its_section():
+    assert _type_error("actor_config.seq_length={a: 1}") == "actor_config.seq_length expects int, got {'a': 1} (dict)"
+
+
+def test_num_layer_list_sizes_must_add_up_to_the_layers():
+    # one size per stage, but 1 + 2 layers for a 2-layer model
+    with pytest.raises(ValueError) as info:
+        _configs("actor_config.pipeline_model_parallel_size=2", "actor_config.num_layer_list='1,2'")
+    assert str(info.value) == ("megatron_training.num_layer_list='1,2' must give pipeline_model_parallel_size=2 "
+                               "stage sizes adding up to num_layers=2")
+
+
+def test_noop_layers_that_are_not_integers_are_named():
+    with pytest.raises(ValueError) as info:
+        _configs("model.tiny_qwen2.num_layers=4", "megatron_training.noop_layers='1,x'")
+    assert str(info.value) == "megatron_training.noop_layers='1,x' must be comma-separated integers"
