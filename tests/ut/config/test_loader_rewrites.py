@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.config_cls.loader import ConfigError
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
 PPO = TINY.parent / "ppo_tiny_cpu.yaml"
@@ -79,3 +80,25 @@ def test_noop_layers_that_are_not_integers_are_named():
     with pytest.raises(ValueError) as info:
         _configs("model.tiny_qwen2.num_layers=4", "megatron_training.noop_layers='1,x'")
     assert str(info.value) == "megatron_training.noop_layers='1,x' must be comma-separated integers"
+
+
+def test_refusals_of_the_key_table_and_of_the_model_family_are_config_errors():
+    # raised as ConfigError (the CLI's one-line error), not the checks' default ValueError
+    with pytest.raises(ConfigError) as info:
+        _configs("rl_config.use_integrated_worker=false")
+    assert str(info.value).startswith("rl_config.use_integrated_worker=False is not implemented: ")
+    with pytest.raises(ConfigError) as info:
+        _configs("model.tiny_qwen2.swiglu=false")
+    assert str(info.value).startswith("model key swiglu=False is not supported: the model section describes a ")
+
+
+def test_a_config_that_cannot_learn_says_why_in_a_warning():
+    cfg = load_config(TINY, ["rl_config.n_samples_per_prompt=1", "rl_config.mini_batch_size=8"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_configs(cfg)
+    notes = [w for w in caught if "can be learned" in str(w.message)]
+    assert len(notes) == 1 and notes[0].category is UserWarning
+    # one group holds one sample: group-normalised advantages are all 0
+    assert str(notes[0].message).startswith(
+        "nothing can be learned: rl_config.n_samples_per_prompt=1 with adv_estimator group_norm: ")
