@@ -102,3 +102,9 @@ def test_a_config_that_cannot_learn_says_why_in_a_warning():
     # one group holds one sample: group-normalised advantages are all 0
     assert str(notes[0].message).startswith(
         "nothing can be learned: rl_config.n_samples_per_prompt=1 with adv_estimator group_norm: ")
+
+
+def test_an_unknown_generate_config_key_is_named_with_the_closest():
+    with pytest.raises(ConfigError) as info:
+        _configs("generate_config.max_num_seq=1")
+    assert str(info.value) == "generate_config: unknown key 'max_num_seq'; did you mean 'max_num_seqs'?"
