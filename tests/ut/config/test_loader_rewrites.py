@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.loader import ConfigError
+from mindspeed_rl.config_cls.loader import ConfigError, parse_yaml
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
 PPO = TINY.parent / "ppo_tiny_cpu.yaml"
@@ -108,3 +108,17 @@ def test_an_unknown_generate_config_key_is_named_with_the_closest():
     with pytest.raises(ConfigError) as info:
         _configs("generate_config.max_num_seq=1")
     assert str(info.value) == "generate_config: unknown key 'max_num_seq'; did you mean 'max_num_seqs'?"
+
+
+def test_a_model_section_cannot_name_a_model():
+    # `model:` picks the model in a role section; inside a model's own settings it is no key
+    with pytest.raises(ConfigError) as info:
+        _configs("model.tiny_qwen2.model=tiny_qwen2")
+    assert str(info.value) == "model tiny_qwen2: unknown key 'model'; did you mean 'model_path'?"
+
+
+def test_yaml_text_without_a_source_is_named_as_a_string():
+    assert parse_yaml("a: [1, 2]") == {"a": [1, 2]}
+    with pytest.raises(ConfigError) as info:
+        parse_yaml("a: [")
+    assert str(info.value).startswith("invalid YAML in <string>: ")
