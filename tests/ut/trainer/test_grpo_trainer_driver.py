@@ -351,3 +351,54 @@ def test_a_prompt_longer_than_the_limit_is_refused_naming_its_row(workers):
     # at the limit it is taken
     batch["prompts"][1] = torch.tensor([1, 2])
     assert "timing/iteration" in trainer.step(1, batch)
+
+
+# ------------------------------------------------------------------ PPO's driver stages and KL
+
+PPO = TINY.parent / "ppo_tiny_cpu.yaml"
+
+
+class Runner:
+    """Stands in for StageRunner: records the context of the run and returns set metrics."""
+    seen = []
+
+    def __init__(self, dock, groups):
+        self.dock = dock
+
+    def run(self, stages, driver, **context):
+        Runner.seen.append(context)
+        return {"actor/kl": 0.2, "actor/reward_kl": 0.7}, []
+
+
+def _ppo(*overrides):
+    cfgs = build_configs(load_config(PPO, ["megatron_training.model_path=/unused", *overrides]))
+    trainer = hybrid.RayGRPOTrainer(actor_worker=object(), critic_worker=object(), reward_list=[Reward()],
+                                    run_plan=cfgs.plan, dataset_additional_keys=["labels"], init_kl_coef=0.04)
+    trainer.kl_ctrl = KL(0.04)
+    return trainer
+
+
+@pytest.mark.parametrize("in_reward, loss_coef, kl", [(False, 0.04, 0.2), (True, 0.0, 0.7)])
+def test_with_the_kl_in_the_rewards_the_loss_has_none_and_the_controller_reads_the_rewards_kl(
+        monkeypatch, in_reward, loss_coef, kl):
+    monkeypatch.setattr(hybrid, "StageRunner", Runner)
+    Runner.seen = []
+    trainer = _ppo(f"rl_config.use_kl_in_reward={str(in_reward).lower()}")
+    trainer.step(1, next(batches()))
+    assert [c["kl_coef"] for c in Runner.seen] == [loss_coef] and Runner.seen[0]["iteration"] == 1
+    assert trainer.kl_ctrl.updates == [(kl, trainer.run_plan.train_rows_per_round)]
+
+
+def test_ppos_driver_stages_take_the_plans_gae_and_kl_settings(monkeypatch):
+    calls = {}
+    monkeypatch.setattr(hybrid.ppo_stages, "compute_gae", lambda *a: calls.setdefault("gae", a) and {"gae": 1.0})
+    monkeypatch.setattr(hybrid.ppo_stages, "compute_kl_rewards",
+                        lambda *a: calls.setdefault("kl", a) and {"kl": 1.0})
+    trainer = _ppo("rl_config.gamma=0.9", "rl_config.lam=0.8", "rl_config.use_kl_in_reward=true",
+                   "rl_config.kl_penalty=kl")
+    stage = object()
+    assert trainer.compute_gae(stage) == {"gae": 1.0}
+    assert calls["gae"] == (trainer.transfer_dock, stage, 0.9, 0.8)
+    trainer.kl_ctrl.value = 0.3  # the controller's current coefficient, not the initial one
+    assert trainer.compute_kl_rewards(stage) == {"kl": 1.0}
+    assert calls["kl"] == (trainer.transfer_dock, stage, 0.3, "kl")
