@@ -38,10 +38,11 @@ class Log:
     """A MetricsLogger that keeps what it is given."""
 
     def __init__(self):
-        self.lines, self.balance = [], []
+        self.lines, self.metrics, self.balance = [], [], []
 
     def log(self, iteration, metrics, line):
         self.lines.append((iteration, line))
+        self.metrics.append(metrics)
 
     def log_balance(self, iteration, plans):
         self.balance.append((iteration, plans))
@@ -151,11 +152,18 @@ def test_fit_logs_each_iteration_and_prints_verifier_faults(capsys):
     trainer = _trainer(Saving(), "megatron_training.train_iters=2", logger=log)
     _script(trainer, [_ok(), _ok(**{"reward/math/timeouts": 2.0, "reward/math/errors": 0.0})])
     history = trainer.fit(iter(range(2)))
-    assert [i for i, _ in log.lines] == [1, 2]
+    assert [i for i, _ in log.lines] == [1, 2] and log.metrics == history
     assert log.lines[0][1] == hybrid.RayGRPOTrainer._summary(1, history[0])
-    out = capsys.readouterr().out
-    assert "iter 2: verifier faults (scored 0): math: 2 timed out, 0 raised" in out
-    assert "iter 1: verifier faults" not in out
+    captured = capsys.readouterr()
+    assert "iter 2: verifier faults (scored 0): math: 2 timed out, 0 raised" in captured.out
+    assert "iter 1: verifier faults" not in captured.out
+    assert captured.err == ""  # no progress bar when stderr is not a terminal
+
+
+def test_an_iteration_without_reward_metrics_still_runs():
+    trainer = _trainer(Saving(), "megatron_training.train_iters=1")
+    _script(trainer, [{"actor/pg_loss": 0.1}])
+    assert trainer.fit(iter(range(1))) == [{"actor/pg_loss": 0.1}]
 
 
 # ------------------------------------------------------------------ fit: non-finite iterations
@@ -195,6 +203,23 @@ def test_a_skipped_optimizer_step_counts_only_when_the_count_grows(capsys):
     assert "warning: iteration 1: non-finite grad norm (the engine skipped 1 optimizer step(s))" in out
     assert "iteration 2:" not in out
     assert "warning: iteration 3: non-finite grad norm (the engine skipped 1 optimizer step(s))" in out
+
+
+def test_an_iteration_that_does_not_report_skipped_steps_keeps_the_last_count(capsys):
+    trainer = _trainer(Saving(), "megatron_training.train_iters=3")
+    _script(trainer, [_ok(**{"actor/skipped_steps": 1.0}), _ok(), _ok(**{"actor/skipped_steps": 1.0})])
+    trainer.fit(iter(range(3)))
+    out = capsys.readouterr().out
+    assert "iteration 1:" in out and "iteration 3:" not in out  # the count did not grow after iteration 1
+
+
+def test_a_zero_limit_never_stops_and_counts_nothing(capsys):
+    trainer = _trainer(Saving(), "megatron_training.train_iters=3", max_nonfinite_iterations=0)
+    _script(trainer, [_ok(**{"actor/pg_loss": NAN})] * 3)
+    assert len(trainer.fit(iter(range(3)))) == 3
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert lines == [f"warning: iteration {i}: non-finite actor/pg_loss=nan; its optimizer steps were skipped"
+                     for i in (1, 2, 3)]
 
 
 # ------------------------------------------------------------------ save and the driver state
