@@ -307,6 +307,11 @@ def test_the_console_summary_has_each_figure_or_a_dash():
     assert line == "iter 2: reward=0.500 resp_len=3.25 loss=0.1235 kl=0.0010 update max/min rank s=1.50/1.00 "
     assert hybrid.RayGRPOTrainer._summary(3, {}) == \
         "iter 3: reward=- resp_len=- loss=- kl=- update max/min rank s=-/- "
+    # balanced stages with a rank imbalance, in the stage table's order, one space apart
+    line = hybrid.RayGRPOTrainer._summary(3, {"dp_balance/actor_train/rank_imbalance": 0.01,
+                                              "dp_balance/ref_log_prob/rank_imbalance": 0.125,
+                                              "dp_balance/ref_log_prob/rank_imbalance_random": 0.5})
+    assert line.endswith(" s=-/- ref_log_prob:imb=12.50%(random 50.00%) actor_train:imb=1.00%(random -)")
 
 
 # ------------------------------------------------------------------ one real step
