@@ -171,7 +171,7 @@ def test_an_iteration_without_reward_metrics_still_runs():
 
 def test_a_nonfinite_streak_without_a_save_folder_says_no_checkpoint_was_written(capsys):
     trainer = _trainer(Saving(), "megatron_training.train_iters=4", max_nonfinite_iterations=2)
-    _script(trainer, [_ok(**{"actor/grad_norm": math.inf})] * 4)
+    _script(trainer, [_ok(**{"actor/grad_norm": math.inf}), _ok(**{"actor/pg_loss": NAN})] * 2)
     with pytest.raises(hybrid.NonFiniteError) as info:
         trainer.fit(iter(range(4)))
     assert str(info.value) == ("2 iterations in a row (1-2) had non-finite values "
@@ -181,6 +181,15 @@ def test_a_nonfinite_streak_without_a_save_folder_says_no_checkpoint_was_written
     assert ("warning: iteration 1: non-finite actor/grad_norm=inf; its optimizer steps were skipped "
             "(1 of 2 in a row allowed)\n") in out
     assert trainer.ran == [1, 2]
+
+
+def test_a_nonfinite_streak_before_any_save_says_no_checkpoint_was_written(tmp_path):
+    trainer = _trainer(Saving(), "megatron_training.train_iters=4", max_nonfinite_iterations=2,
+                       save_interval=10, save_dir=str(tmp_path))
+    _script(trainer, [_ok(**{"actor/pg_loss": NAN})] * 4)
+    with pytest.raises(hybrid.NonFiniteError) as info:
+        trainer.fit(iter(range(4)))
+    assert str(info.value).endswith("iteration 1: actor/pg_loss=nan; no checkpoint was written")
 
 
 def test_a_nonfinite_streak_after_a_resume_names_the_checkpoint_resumed_from(tmp_path):
@@ -239,6 +248,23 @@ def test_a_failed_save_names_the_iteration_the_folder_and_the_checkpoint_still_t
     with pytest.raises(hybrid.CheckpointSaveError, match="the checkpoint tracker still names iteration 2$"):
         trainer.save(4)
     assert _tracker(tmp_path) == 2 and _saved(tmp_path) == [2] and trainer.last_saved == 2
+
+
+class Clock:
+    """time.perf_counter's stand-in: the given readings in turn."""
+
+    def __init__(self, *readings):
+        self.readings = list(readings)
+
+    def perf_counter(self):
+        return self.readings.pop(0)
+
+
+def test_a_save_prints_its_folder_and_how_long_it_took(tmp_path, monkeypatch, capsys):
+    trainer = _trainer(Saving(), save_dir=str(tmp_path))
+    monkeypatch.setattr(hybrid, "time", Clock(100.0, 102.5))
+    folder = trainer.save(3)
+    assert capsys.readouterr().out == f"saved checkpoint {folder} in 2.50s\n"
 
 
 def test_the_driver_state_counts_the_batches_taken():
@@ -307,6 +333,7 @@ def test_the_console_summary_has_each_figure_or_a_dash():
     assert line == "iter 2: reward=0.500 resp_len=3.25 loss=0.1235 kl=0.0010 update max/min rank s=1.50/1.00 "
     assert hybrid.RayGRPOTrainer._summary(3, {}) == \
         "iter 3: reward=- resp_len=- loss=- kl=- update max/min rank s=-/- "
+    assert hybrid.RayGRPOTrainer._summary(3, {"reward/mean": NAN}).startswith("iter 3: reward=nan resp_len=- ")
     # balanced stages with a rank imbalance, in the stage table's order, one space apart
     line = hybrid.RayGRPOTrainer._summary(3, {"dp_balance/actor_train/rank_imbalance": 0.01,
                                               "dp_balance/ref_log_prob/rank_imbalance": 0.125,
