@@ -333,7 +333,11 @@ def test_the_console_summary_has_each_figure_or_a_dash():
     assert line == "iter 2: reward=0.500 resp_len=3.25 loss=0.1235 kl=0.0010 update max/min rank s=1.50/1.00 "
     assert hybrid.RayGRPOTrainer._summary(3, {}) == \
         "iter 3: reward=- resp_len=- loss=- kl=- update max/min rank s=-/- "
-    assert hybrid.RayGRPOTrainer._summary(3, {"reward/mean": NAN}).startswith("iter 3: reward=nan resp_len=- ")
+    # a non-finite figure reads as nan, in lower case like the warnings
+    every = ("reward/mean", "response_length/mean", "actor/pg_loss", "actor/kl", f"timing/{hybrid.TRAIN.name}/max",
+             f"timing/{hybrid.TRAIN.name}/min")
+    assert hybrid.RayGRPOTrainer._summary(3, dict.fromkeys(every, NAN)) == \
+        "iter 3: reward=nan resp_len=nan loss=nan kl=nan update max/min rank s=nan/nan "
     # balanced stages with a rank imbalance, in the stage table's order, one space apart
     line = hybrid.RayGRPOTrainer._summary(3, {"dp_balance/actor_train/rank_imbalance": 0.01,
                                               "dp_balance/ref_log_prob/rank_imbalance": 0.125,
