@@ -463,3 +463,18 @@ def test_ppos_driver_stages_take_the_plans_gae_and_kl_settings(monkeypatch):
     trainer.kl_ctrl.value = 0.3  # the controller's current coefficient, not the initial one
     assert trainer.compute_kl_rewards(stage) == {"kl": 1.0}
     assert calls["kl"] == (trainer.transfer_dock, stage, 0.3, "kl")
+
+
+def test_a_one_rank_step_reports_that_ranks_update_metrics(workers):
+    trainer = _real("rl_config.actor_resource={num_npus: 1}")
+    m = trainer.step(1, next(batches()))
+    assert m["actor/pg_loss"] == 0.0 and f"timing/{hybrid.TRAIN.name}/rank0" in m
+    assert f"timing/{hybrid.TRAIN.name}/rank1" not in m
+
+
+def test_the_rewards_stage_applies_the_plans_overlong_penalty(workers):
+    trainer = _real("rl_config.overlong_buffer_enable=true", "rl_config.overlong_buffer=4",
+                    "rl_config.overlong_buffer_penalty_factor=1.0", "rl_config.rollout_max_tokens=10")
+    m = trainer.step(1, next(batches()))
+    # the engine's responses are 1-7 tokens: those past 10 - 4 tokens are penalised
+    assert m["reward/overlong_penalty/frac"] > 0 and m["reward/overlong_penalty/mean"] < 0
