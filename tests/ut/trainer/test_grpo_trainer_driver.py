@@ -478,3 +478,9 @@ def test_the_rewards_stage_applies_the_plans_overlong_penalty(workers):
     m = trainer.step(1, next(batches()))
     # the engine's responses are 1-7 tokens: those past 10 - 4 tokens are penalised
     assert m["reward/overlong_penalty/frac"] > 0 and m["reward/overlong_penalty/mean"] < 0
+
+
+def test_the_iteration_time_runs_from_the_steps_start_to_its_end(workers, monkeypatch):
+    trainer = _real()
+    monkeypatch.setattr(hybrid, "time", Clock(50.0, 53.25))  # the step's two readings of the driver's clock
+    assert trainer.step(1, next(batches()))["timing/iteration"] == 3.25
