@@ -12,7 +12,9 @@ import torch
 
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.config_cls.stages import REWARD
 from mindspeed_rl.trainer import grpo_trainer_hybrid as hybrid
+from mindspeed_rl.trainer.utils.reward_guard import RewardFailureError
 from mindspeed_rl.utils import checkpoint as ckpt
 from mindspeed_rl.workers.parallel_state import ParallelState
 from ut.dapo.test_dapo_sampling import Engine, Group, Reward, batches
@@ -484,3 +486,17 @@ def test_the_iteration_time_runs_from_the_steps_start_to_its_end(workers, monkey
     trainer = _real()
     monkeypatch.setattr(hybrid, "time", Clock(50.0, 53.25))  # the step's two readings of the driver's clock
     assert trainer.step(1, next(batches()))["timing/iteration"] == 3.25
+
+
+class FailedEverywhere:
+    """A reward whose one verifier raised on every row of the last call."""
+    last_failures = {"v": {"rows": 8, "errors": 8, "timeouts": 0, "weight": 1.0, "first_error": "ValueError: x"}}
+
+
+def test_by_default_one_iteration_whose_rewards_all_failed_stops_the_run(monkeypatch):
+    cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused"]))
+    monkeypatch.setattr(hybrid, "compute_rewards", lambda *a, **k: {"reward/mean": 0.0})
+    trainer = hybrid.RayGRPOTrainer(actor_worker=object(), reward_list=[FailedEverywhere()], run_plan=cfgs.plan)
+    trainer.iteration = 2
+    with pytest.raises(RewardFailureError, match=r"in iteration 2 \(rl_config.max_failed_reward_iterations=1\)"):
+        trainer.compute_rewards(cfgs.plan.stages[REWARD.name])
