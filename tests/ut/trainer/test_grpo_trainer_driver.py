@@ -276,6 +276,14 @@ def test_the_driver_state_counts_the_batches_taken():
     assert resumed.state_dict(3)["data_position"] == 7
 
 
+def test_the_reference_runs_on_the_actors_group_unless_one_is_given():
+    actor, ref = Saving(), Saving()
+    trainer = _trainer(actor)
+    assert trainer.ref_worker is actor and trainer.groups["ref"] is actor
+    trainer = _trainer(actor, ref_worker=ref)
+    assert trainer.ref_worker is ref and trainer.groups["ref"] is ref and trainer.groups["actor"] is actor
+
+
 def test_train_iters_come_from_the_plan_unless_given():
     assert _trainer(Saving(), "megatron_training.train_iters=7").train_iters == 7
     assert _trainer(Saving(), "megatron_training.train_iters=7", train_iters=2).train_iters == 2
