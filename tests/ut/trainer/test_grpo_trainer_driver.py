@@ -508,3 +508,10 @@ def test_by_default_one_iteration_whose_rewards_all_failed_stops_the_run(monkeyp
     trainer.iteration = 2
     with pytest.raises(RewardFailureError, match=r"in iteration 2 \(rl_config.max_failed_reward_iterations=1\)"):
         trainer.compute_rewards(cfgs.plan.stages[REWARD.name])
+
+
+def test_the_dock_keeps_every_dataset_column_the_trainer_is_given():
+    cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused"]))
+    trainer = hybrid.RayGRPOTrainer(actor_worker=object(), reward_list=[Reward()], run_plan=cfgs.plan,
+                                    dataset_additional_keys=["labels", "source"])
+    assert "source" in trainer.transfer_dock.experience_data  # a dataset key no stage reads is kept too
