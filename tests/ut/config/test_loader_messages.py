@@ -9,6 +9,8 @@ import pytest
 
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.loader import KNOWN_SECTIONS, REPO_MODEL_DIR, ConfigError
+# imported here, not first inside a build: the mutation run's forked test processes then share the import
+from mindspeed_rl.models.rule_reward import verifier_names
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "configs" / "grpo_tiny_cpu.yaml"
@@ -359,5 +361,7 @@ def test_an_unknown_verifier_is_named_with_the_closest_and_the_known_ones():
     text = _message(_build, "rl_config.verifier_function=['base_ac']")
     assert text.startswith("rl_config.verifier_function: unknown verifier 'base_ac' (did you mean 'base_acc'?); "
                            "known: ")
-    assert "length_match" in text.split("known: ")[1]
+    # every registered name is listed, then the module:function form
+    assert text.split("known: ")[1] == ", ".join(verifier_names()) + ", or 'module:function'"
+    assert "length_match" in verifier_names()
 
