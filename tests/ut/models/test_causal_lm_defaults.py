@@ -1,10 +1,14 @@
-"""The engine's defaults and precision settings as behaviour: the default optimizer step against a hand
-AdamW step, clipping at 1.0 by default, the seed, autocast's dtype, and the metrics prefix."""
+"""The engine's defaults and settings as behaviour: the default optimizer step against a hand AdamW step,
+clipping at 1.0 by default, the seed, autocast's dtype, the metrics prefix, the weights' dtype and attention,
+short prompts, and the data-parallel layout a group or a mesh gives."""
 import pytest
 import torch
+import torch.distributed as dist
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from mindspeed_rl.models import causal_lm, sharding
 from mindspeed_rl.models.causal_lm import CausalLMEngine
+from ut.models.rank_threads import SerialLoads, run_ranks
 
 PROMPT, RESPONSE = torch.tensor([5, 6, 7]), torch.tensor([8, 9, 10])
 
@@ -101,3 +105,47 @@ def test_metrics_prefix_names_the_train_step_metrics(model_dir):
     engine = CausalLMEngine(model_dir, torch.device("cpu"), metrics_prefix="policy")
     metrics, _ = _engine_step(engine, 1.0)
     assert set(metrics) == {"policy/lr", "policy/grad_norm", "policy/skipped_steps"}
+
+
+def test_weights_load_in_the_dtype_and_attention_given(model_dir):
+    engine = CausalLMEngine(model_dir, torch.device("cpu"), trainable=False, dtype=torch.bfloat16,
+                            attn_implementation="eager")
+    assert engine.module.dtype == torch.bfloat16 and engine.attn_implementation == "eager"
+    got = engine.log_probs([PROMPT], [RESPONSE], [[0]])[0][0]
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, _plain_log_probs(Qwen2ForCausalLM.from_pretrained(model_dir)), atol=0.1, rtol=0)
+    # without a choice, transformers' default (sdpa on CPU)
+    assert CausalLMEngine(model_dir, torch.device("cpu"), trainable=False).attn_implementation == "sdpa"
+
+
+def test_a_one_token_prompt_is_scored_and_an_empty_one_is_named(model_dir):
+    engine = CausalLMEngine(model_dir, torch.device("cpu"), trainable=False)
+    prompts, responses = [PROMPT, torch.tensor([5])], [RESPONSE, torch.tensor([6, 7])]
+    lps, _ = engine.log_probs(prompts, responses, [[0, 1]])
+    with torch.no_grad():
+        logp = torch.log_softmax(engine.module(input_ids=torch.tensor([[5, 6, 7]])).logits[0].float(), dim=-1)
+    torch.testing.assert_close(lps[1], torch.stack([logp[0, 6], logp[1, 7]]), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="sample 1 has an empty prompt"):
+        engine.log_probs([PROMPT, torch.tensor([], dtype=torch.long)], responses, [[0, 1]])
+
+
+def _layouts(rank, model_dir):
+    group = dist.group.WORLD
+    by_group = CausalLMEngine(model_dir, torch.device("cpu"), process_group=group)
+    by_mesh = CausalLMEngine(model_dir, torch.device("cpu"), mesh=sharding.build_mesh("cpu", dist.get_world_size(), 1))
+    frozen = CausalLMEngine(model_dir, torch.device("cpu"), process_group=group, trainable=False)
+    full = sum(p.numel() for p in frozen.module.parameters())
+    return {"group": (by_group.is_ddp, by_group.fsdp, None if by_group.mesh is None else by_group.mesh.size()),
+            "mesh": (by_mesh.is_ddp, by_mesh.fsdp, sharding.local_bytes(by_mesh.module.parameters()) // 4 == full),
+            "frozen": (frozen.is_ddp, frozen.mesh)}
+
+
+def test_data_parallel_layouts_from_a_group_or_a_mesh(model_dir, monkeypatch):
+    monkeypatch.setattr(causal_lm, "AutoModelForCausalLM", SerialLoads(causal_lm.AutoModelForCausalLM))
+    # two ranks: a trainable engine on a group replicates over it (DDP), so does a mesh without fsdp;
+    # an untrainable one is left whole
+    for got in run_ranks(2, _layouts, model_dir):
+        assert got == {"group": (True, False, 2), "mesh": (True, False, True), "frozen": (False, None)}
+    # a one-rank group is no data parallelism
+    (got,) = run_ranks(1, _layouts, model_dir)
+    assert got["group"] == (False, False, None) and got["frozen"] == (False, None)
