@@ -8,6 +8,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from mindspeed_rl.models import causal_lm, sharding
 from mindspeed_rl.models.causal_lm import CausalLMEngine
+from mindspeed_rl.utils.token_ids import TOKEN_DTYPE
 from ut.models.rank_threads import SerialLoads, run_ranks
 
 PROMPT, RESPONSE = torch.tensor([5, 6, 7]), torch.tensor([8, 9, 10])
@@ -125,6 +126,9 @@ def test_a_one_token_prompt_is_scored_and_an_empty_one_is_named(model_dir):
     with torch.no_grad():
         logp = torch.log_softmax(engine.module(input_ids=torch.tensor([[5, 6, 7]])).logits[0].float(), dim=-1)
     torch.testing.assert_close(lps[1], torch.stack([logp[0, 6], logp[1, 7]]), atol=1e-5, rtol=0)
+    # ids stored as TOKEN_DTYPE (int32) score the same
+    small = engine.log_probs([x.to(TOKEN_DTYPE) for x in prompts], [x.to(TOKEN_DTYPE) for x in responses], [[0, 1]])[0]
+    assert all(torch.equal(a, b) for a, b in zip(small, lps))
     with pytest.raises(ValueError, match="sample 1 has an empty prompt"):
         engine.log_probs([PROMPT, torch.tensor([], dtype=torch.long)], responses, [[0, 1]])
 
@@ -134,18 +138,20 @@ def _layouts(rank, model_dir):
     by_group = CausalLMEngine(model_dir, torch.device("cpu"), process_group=group)
     by_mesh = CausalLMEngine(model_dir, torch.device("cpu"), mesh=sharding.build_mesh("cpu", dist.get_world_size(), 1))
     frozen = CausalLMEngine(model_dir, torch.device("cpu"), process_group=group, trainable=False)
+    alone = CausalLMEngine(model_dir, torch.device("cpu"))  # no group given: this rank alone
     full = sum(p.numel() for p in frozen.module.parameters())
     return {"group": (by_group.is_ddp, by_group.fsdp, None if by_group.mesh is None else by_group.mesh.size()),
             "mesh": (by_mesh.is_ddp, by_mesh.fsdp, sharding.local_bytes(by_mesh.module.parameters()) // 4 == full),
-            "frozen": (frozen.is_ddp, frozen.mesh)}
+            "frozen": (frozen.is_ddp, frozen.mesh), "alone": (alone.is_ddp, alone.mesh)}
 
 
 def test_data_parallel_layouts_from_a_group_or_a_mesh(model_dir, monkeypatch):
     monkeypatch.setattr(causal_lm, "AutoModelForCausalLM", SerialLoads(causal_lm.AutoModelForCausalLM))
     # two ranks: a trainable engine on a group replicates over it (DDP), so does a mesh without fsdp;
-    # an untrainable one is left whole
+    # an untrainable one, or one given no group, is left whole
     for got in run_ranks(2, _layouts, model_dir):
-        assert got == {"group": (True, False, 2), "mesh": (True, False, True), "frozen": (False, None)}
+        assert got == {"group": (True, False, 2), "mesh": (True, False, True), "frozen": (False, None),
+                       "alone": (False, None)}
     # a one-rank group is no data parallelism
     (got,) = run_ranks(1, _layouts, model_dir)
     assert got["group"] == (False, False, None) and got["frozen"] == (False, None)
