@@ -16,8 +16,9 @@ PROMPT, RESPONSE = torch.tensor([5, 6, 7]), torch.tensor([8, 9, 10])
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
+    # two kv heads: tp=2 can split them (test_data_parallel_layouts_from_a_group_or_a_mesh)
     cfg = Qwen2Config(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, intermediate_size=32, tie_word_embeddings=True,
+                      num_key_value_heads=2, intermediate_size=32, tie_word_embeddings=True,
                       max_position_embeddings=64)
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("tiny_qwen2_defaults")
@@ -139,10 +140,18 @@ def _layouts(rank, model_dir):
     by_mesh = CausalLMEngine(model_dir, torch.device("cpu"), mesh=sharding.build_mesh("cpu", dist.get_world_size(), 1))
     frozen = CausalLMEngine(model_dir, torch.device("cpu"), process_group=group, trainable=False)
     alone = CausalLMEngine(model_dir, torch.device("cpu"))  # no group given: this rank alone
+    world = dist.get_world_size()
+    # untrainable engines on a mesh: TP still shards the weights, a dp-only mesh leaves them whole
+    tp_frozen = CausalLMEngine(model_dir, torch.device("cpu"), trainable=False,
+                               mesh=sharding.build_mesh("cpu", 1, world))
+    dp_frozen = CausalLMEngine(model_dir, torch.device("cpu"), trainable=False,
+                               mesh=sharding.build_mesh("cpu", world, 1))
     full = sum(p.numel() for p in frozen.module.parameters())
     return {"group": (by_group.is_ddp, by_group.fsdp, None if by_group.mesh is None else by_group.mesh.size()),
             "mesh": (by_mesh.is_ddp, by_mesh.fsdp, sharding.local_bytes(by_mesh.module.parameters()) // 4 == full),
-            "frozen": (frozen.is_ddp, frozen.mesh), "alone": (alone.is_ddp, alone.mesh)}
+            "frozen": (frozen.is_ddp, frozen.mesh), "alone": (alone.is_ddp, alone.mesh),
+            "tp_frozen": sharding.local_bytes(tp_frozen.module.parameters()) // 4 < full,
+            "dp_frozen": any(isinstance(p, sharding.DTensor) for p in dp_frozen.module.parameters())}
 
 
 def test_data_parallel_layouts_from_a_group_or_a_mesh(model_dir, monkeypatch):
@@ -151,7 +160,7 @@ def test_data_parallel_layouts_from_a_group_or_a_mesh(model_dir, monkeypatch):
     # an untrainable one, or one given no group, is left whole
     for got in run_ranks(2, _layouts, model_dir):
         assert got == {"group": (True, False, 2), "mesh": (True, False, True), "frozen": (False, None),
-                       "alone": (False, None)}
+                       "alone": (False, None), "tp_frozen": True, "dp_frozen": False}
     # a one-rank group is no data parallelism
     (got,) = run_ranks(1, _layouts, model_dir)
     assert got["group"] == (False, False, None) and got["frozen"] == (False, None)
