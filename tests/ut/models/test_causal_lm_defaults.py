@@ -164,3 +164,18 @@ def test_data_parallel_layouts_from_a_group_or_a_mesh(model_dir, monkeypatch):
     # a one-rank group is no data parallelism
     (got,) = run_ranks(1, _layouts, model_dir)
     assert got["group"] == (False, False, None) and got["frozen"] == (False, None)
+
+
+def _fsdp_bf16_log_probs(rank, model_dir):
+    engine = CausalLMEngine(model_dir, torch.device("cpu"), use_remove_padding=True, autocast_dtype=torch.bfloat16,
+                            mesh=sharding.build_mesh("cpu", 2, 1), fsdp=True)
+    return engine.autocast_dtype, engine.log_probs([PROMPT], [RESPONSE], [[0]])[0][0]
+
+
+def test_fsdp_computes_in_the_autocast_dtype_through_its_policy(model_dir, monkeypatch):
+    monkeypatch.setattr(causal_lm, "AutoModelForCausalLM", SerialLoads(causal_lm.AutoModelForCausalLM))
+    full = _plain_log_probs(Qwen2ForCausalLM.from_pretrained(model_dir))
+    for autocast, got in run_ranks(2, _fsdp_bf16_log_probs, model_dir):
+        assert autocast is None  # FSDP's mixed-precision policy casts; no autocast on top
+        assert not torch.equal(got, full)  # bf16 compute shows in the values
+        torch.testing.assert_close(got, full, atol=0.05, rtol=0)
