@@ -33,16 +33,19 @@ def _loss(scale):
     return loss_fn
 
 
-def _hand_step(model_dir, scale, clip, **adamw):
-    """One AdamW step of a plain model on the same loss, clipped to ``clip`` (None: not clipped)."""
+def _hand_step(model_dir, scale, clip, steps=1, **adamw):
+    """``steps`` AdamW steps of a plain model on the same loss, clipped to ``clip`` (None: not clipped)."""
     model = Qwen2ForCausalLM.from_pretrained(model_dir)
+    optimizer = torch.optim.AdamW(model.parameters(), **adamw)
     ids = torch.cat([PROMPT, RESPONSE])[None]
-    logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
-    rows = logp[PROMPT.numel() - 1:-1].gather(-1, RESPONSE[:, None])
-    (scale * rows.sum() / RESPONSE.numel()).backward()
-    if clip is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-    torch.optim.AdamW(model.parameters(), **adamw).step()
+    for _ in range(steps):
+        optimizer.zero_grad()
+        logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+        rows = logp[PROMPT.numel() - 1:-1].gather(-1, RESPONSE[:, None])
+        (scale * rows.sum() / RESPONSE.numel()).backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
     return dict(model.named_parameters())
 
 
@@ -61,6 +64,15 @@ def test_default_step_is_adamw_lr_1e3_no_weight_decay_eps_1e8(model_dir):
     _, got = _engine_step(engine, 1.0)
     want = _hand_step(model_dir, 1.0, 1.0, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     _assert_same(got, want)
+
+
+def test_the_betas_given_reach_adamw(model_dir):
+    # Adam's first step does not depend on the betas (bias correction); the second does
+    engine = CausalLMEngine(model_dir, torch.device("cpu"), betas=(0.5, 0.9))
+    _engine_step(engine, 1.0)
+    _, got = _engine_step(engine, 1.0)
+    _assert_same(got, _hand_step(model_dir, 1.0, 1.0, steps=2, lr=1e-3, betas=(0.5, 0.9), eps=1e-8,
+                                 weight_decay=0.0))
 
 
 def test_gradients_are_clipped_to_norm_one_by_default(model_dir):
