@@ -1,5 +1,6 @@
 """The engine's training contract against a hand-written reference: the gradient scale, every train_step
-argument reaching the backward, clipping switched off, skipped steps, metric averaging and set_step."""
+argument reaching the backward, clipping switched off, skipped steps, metric averaging, set_step, and the
+tp sum of the gradients of weights tensor parallel keeps whole."""
 import functools
 import math
 
@@ -7,10 +8,14 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from mindspeed_rl.models import causal_lm, sharding
 from mindspeed_rl.models.causal_lm import CausalLMEngine
+from mindspeed_rl.models.tiny_model import build_tiny_checkpoint
 from ut.models.engine_cases import engine_data
+from ut.models.rank_threads import SerialLoads, run_ranks
 
 WEIGHTS = (0.7, -0.4, 1.3, 0.2)
+NORMS = ("q_norm.weight", "k_norm.weight")
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +198,31 @@ def test_set_step_resumes_the_lr_schedule(model_dir):
     frozen = _engine(model_dir, trainable=False, lr_schedule=schedule)
     frozen.set_step(5)
     assert frozen.steps == 5 and frozen.optimizer is None
+
+
+def _full(t):
+    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().clone()
+
+
+def _norm_grads(rank, path):
+    engine = CausalLMEngine(path, torch.device("cpu"), use_remove_padding=True,
+                            mesh=sharding.build_mesh("cpu", 1, 2))
+    prompts, responses, tokens = _data()
+    engine.compute_grads(prompts, responses, [[0, 1, 2]], _recording_loss([]), tokens, with_entropy=False)
+    return {n: _full(p.grad) for n, p in engine.module.named_parameters() if n.endswith(NORMS)}
+
+
+def test_tp_sums_the_gradients_of_weights_it_keeps_whole(tmp_path, monkeypatch):
+    # Qwen3's q_norm / k_norm stay whole on every tp rank ("replicated_with_grad_allreduce"): each rank
+    # sees part of the heads, so their gradients are summed over tp after the backward
+    path = build_tiny_checkpoint(tmp_path / "qwen3", model_type="qwen3")
+    single = CausalLMEngine(path, torch.device("cpu"), use_remove_padding=True)
+    prompts, responses, tokens = _data()
+    single.compute_grads(prompts, responses, [[0, 1, 2]], _recording_loss([]), tokens, with_entropy=False)
+    want = {n: p.grad for n, p in single.module.named_parameters() if n.endswith(NORMS)}
+    assert want and all(bool(g.any()) for g in want.values())
+    monkeypatch.setattr(causal_lm, "AutoModelForCausalLM", SerialLoads(causal_lm.AutoModelForCausalLM))
+    for got in run_ranks(2, _norm_grads, path):
+        assert got.keys() == want.keys()
+        for name, g in want.items():
+            torch.testing.assert_close(got[name], g, atol=1e-6, rtol=1e-4, msg=name)
