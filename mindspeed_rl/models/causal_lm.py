@@ -492,7 +492,7 @@ class CausalLMEngine:
         from torch.distributed.checkpoint.state_dict import set_state_dict
         state = self._dcp_state(with_optimizer)
         dcp.load(state, checkpoint_id=path)
-        set_state_dict(self.module, self.optimizer if with_optimizer else [],
+        set_state_dict(self.module, self.optimizer if (with_optimizer and self.optimizer is not None) else [],
                        model_state_dict=state["model"], optim_state_dict=state.get("optim", {}))
 
     def _dcp_state(self, with_optimizer: bool) -> Dict[str, dict]:
