@@ -164,7 +164,8 @@ def _mutmut(work, args, log):
     env["PYTHONPATH"] = str(work / "mutants")
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MKL_NUM_THREADS", "1")
-    cmd = ["nice", "-n", os.environ.get("MUTATION_NICE", "15"), MUTMUT, "run", "--max-children", "1", *args]
+    cmd = ["nice", "-n", os.environ.get("MUTATION_NICE", "15"), MUTMUT, "run", "--max-children",
+           os.environ.get("MUTATION_CHILDREN", "1"), *args]
     with open(log, "a") as out:
         out.write(f"\n$ {' '.join(cmd[:8])}{' ...' if len(cmd) > 8 else ''}\n")
         out.flush()
