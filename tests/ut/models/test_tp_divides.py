@@ -1,0 +1,74 @@
+"""What tensor parallel refuses before it splits anything, and how it names a family (meta-device models)."""
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from mindspeed_rl.models import sharding
+from mindspeed_rl.models.tiny_model import tiny_config
+from ut.models.test_tp_styles import LLAMA, QWEN3_NORMS
+
+
+class PlanError(Exception):
+    pass
+
+
+class PlanOnly:  # a config object whose class name does not end in "Config"
+    base_model_tp_plan = {"norm": "sequence_parallel"}
+
+
+class NoPlan:  # no HF plan at all: the fallback plan splits the attention
+    num_attention_heads = 4
+
+
+def _meta(family, plan, **overrides):
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(tiny_config(family, **overrides))
+    model.config.base_model_tp_plan = dict(plan)
+    return model
+
+
+def test_a_split_linear_tp_does_not_divide_is_named_by_module_and_side():
+    # colwise splits a linear's outputs, rowwise its inputs; the first split module in plan order is named
+    odd_mlp = _meta("llama", LLAMA, intermediate_size=130, num_key_value_heads=4)
+    with pytest.raises(PlanError, match=r"^tensor_model_parallel_size=4 does not divide "
+                                        r"model\.layers\.0\.mlp\.gate_proj\.out_features=130$"):
+        sharding.check_tp_divides(odd_mlp, 4, error_cls=PlanError)
+    rows_only = _meta("llama", {"layers.*.mlp.down_proj": "rowwise"}, intermediate_size=130)
+    with pytest.raises(PlanError, match=r"^tensor_model_parallel_size=4 does not divide "
+                                        r"model\.layers\.0\.mlp\.down_proj\.in_features=130$"):
+        sharding.check_tp_divides(rows_only, 4, error_cls=PlanError)
+    sharding.check_tp_divides(odd_mlp, 2, error_cls=PlanError)  # 130 splits in two
+    sharding.check_tp_divides(odd_mlp, 1, error_cls=PlanError)  # no split, nothing to divide
+
+
+def test_split_heads_are_checked_and_weights_kept_whole_are_not():
+    six_heads = _meta("llama", LLAMA, num_attention_heads=6, num_key_value_heads=6, hidden_size=96)
+    with pytest.raises(ValueError, match=r"^tensor_model_parallel_size=4 does not divide the model's "
+                                         r"num_attention_heads=6$"):
+        sharding.check_tp_divides(six_heads, 4)
+    # Qwen3's q_norm / k_norm stay whole on every tp rank: they have no features to divide
+    sharding.check_tp_divides(_meta("qwen3", QWEN3_NORMS), 2)
+
+
+def test_a_config_alone_checks_heads_and_the_mlp_width():
+    with pytest.raises(ValueError, match=r"^tensor_model_parallel_size=4 does not divide the model's "
+                                         r"num_key_value_heads=2$"):
+        sharding.check_tp_divides(tiny_config("llama"), 4)
+    with pytest.raises(ValueError, match=r"^tensor_model_parallel_size=2 does not divide the model's "
+                                         r"intermediate_size=129$"):
+        sharding.check_tp_divides(tiny_config("llama", intermediate_size=129), 2)
+    sharding.check_tp_divides(PlanOnly(), 2)  # a config without head or width fields has nothing to check
+
+
+def test_splits_attention_by_the_plan_or_by_default():
+    assert sharding.splits_attention(_meta("llama", LLAMA))
+    assert sharding.splits_attention(NoPlan())
+    assert not sharding.splits_attention(_meta("llama", {"layers.*.mlp.down_proj": "rowwise"}))
+
+
+def test_a_family_is_the_config_class_without_its_config_suffix():
+    assert sharding.replicated_lines(PlanOnly()) == [
+        "tensor parallel: PlanOnly norm style 'sequence_parallel' is not applied: this engine splits decoder "
+        "layers only; the module stays replicated over tp"]
+    assert sharding.replicated_lines(_meta("llama", {**LLAMA, "norm": "sequence_parallel"}))[0].startswith(
+        "tensor parallel: Llama norm style")
