@@ -125,6 +125,9 @@ def test_a_token_count_of_one_and_of_zero(model_dir):
                                    lambda idx, lps, ents: (sum(lp.sum() for lp in lps), {"n": 1.0}), 0)
     assert metrics == {"n": 1.0}
     assert all(not bool(p.grad.any()) for p in engine.module.parameters())
+    # a count of zero scales the loss by zero even where a row has tokens
+    engine.compute_grads(prompt, response, [[0]], _recording_loss([]), 0)
+    assert all(not bool(p.grad.any()) for p in engine.module.parameters())
 
 
 def test_metrics_are_averaged_over_the_micro_batches_that_report_them(model_dir):
@@ -143,7 +146,7 @@ def test_metrics_are_averaged_over_the_micro_batches_that_report_them(model_dir)
 
 def test_untrainable_engine_names_the_reason(model_dir):
     engine = _engine(model_dir, trainable=False)
-    with pytest.raises(RuntimeError, match="trainable=False"):
+    with pytest.raises(RuntimeError, match=r"^this engine was built with trainable=False$"):
         engine.compute_grads([torch.tensor([5, 6])], [torch.tensor([7])], [[0]], _recording_loss([]), 1)
 
 
