@@ -119,10 +119,12 @@ def _check(ranks, reference, dp, tp, fsdp):
         for name, g in grads.items():
             torch.testing.assert_close(got["grads"][name], g, atol=1e-5, rtol=1e-5, msg=name)
         assert got["grad_norm"] == pytest.approx(norm, rel=1e-5)
-        if rank == 0:  # the gathered state dict lands on rank 0
+        if rank == 0:  # the gathered state dict lands on rank 0, and only there
             assert got["weights"].keys() == weights.keys()
             for name, w in weights.items():
                 torch.testing.assert_close(got["weights"][name], w, atol=1e-5, rtol=1e-5, msg=name)
+        elif fsdp or tp > 1:
+            assert got["weights"] == {}
         for a, b in zip(got["log_probs"], log_probs):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
         assert all(torch.equal(a, b) for a, b in zip(got["greedy"], greedy))
