@@ -18,3 +18,15 @@ def linear_loss_fn(mine):
             total = total + (-(0.6 - 0.15 * mine[i]) * lp).sum()
         return total, {"actor/loss_sum": float(total.detach())}
     return loss_fn
+
+
+def small_qwen2_dir(tmp_path_factory, name: str, kv_heads: int = 1) -> str:
+    """A one-layer, 16-wide tied Qwen2 saved under a fresh temp folder (for tests that build many engines)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    cfg = Qwen2Config(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=kv_heads, intermediate_size=32, tie_word_embeddings=True,
+                      max_position_embeddings=64)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp(name)
+    Qwen2ForCausalLM(cfg).save_pretrained(str(path))
+    return str(path)

@@ -5,11 +5,11 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
 from mindspeed_rl.models import causal_lm, sharding
 from mindspeed_rl.models.causal_lm import CausalLMEngine
-from ut.models.engine_cases import engine_data, linear_loss_fn
+from ut.models.engine_cases import engine_data, linear_loss_fn, small_qwen2_dir
 from ut.models.rank_threads import SerialLoads, run_ranks
 
 # a single-process DCP save / load says it runs without torch.distributed
@@ -18,13 +18,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    cfg = Qwen2Config(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, intermediate_size=32, tie_word_embeddings=True,
-                      max_position_embeddings=64)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny_qwen2_checkpoints")
-    Qwen2ForCausalLM(cfg).save_pretrained(str(path))
-    return str(path)
+    return small_qwen2_dir(tmp_path_factory, "tiny_qwen2_checkpoints")
 
 
 def _engine(model_dir, **kwargs):

@@ -4,11 +4,12 @@ short prompts, and the data-parallel layout a group or a mesh gives."""
 import pytest
 import torch
 import torch.distributed as dist
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
 from mindspeed_rl.models import causal_lm, sharding
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.utils.token_ids import TOKEN_DTYPE
+from ut.models.engine_cases import small_qwen2_dir
 from ut.models.rank_threads import SerialLoads, run_ranks
 
 PROMPT, RESPONSE = torch.tensor([5, 6, 7]), torch.tensor([8, 9, 10])
@@ -17,13 +18,7 @@ PROMPT, RESPONSE = torch.tensor([5, 6, 7]), torch.tensor([8, 9, 10])
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     # two kv heads: tp=2 can split them (test_data_parallel_layouts_from_a_group_or_a_mesh)
-    cfg = Qwen2Config(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=2, intermediate_size=32, tie_word_embeddings=True,
-                      max_position_embeddings=64)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny_qwen2_defaults")
-    Qwen2ForCausalLM(cfg).save_pretrained(str(path))
-    return str(path)
+    return small_qwen2_dir(tmp_path_factory, "tiny_qwen2_defaults", kv_heads=2)
 
 
 def _loss(scale):

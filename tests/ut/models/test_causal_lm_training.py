@@ -6,12 +6,12 @@ import math
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
 from mindspeed_rl.models import causal_lm, sharding
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.tiny_model import build_tiny_checkpoint
-from ut.models.engine_cases import engine_data
+from ut.models.engine_cases import engine_data, small_qwen2_dir
 from ut.models.rank_threads import SerialLoads, run_ranks
 
 WEIGHTS = (0.7, -0.4, 1.3, 0.2)
@@ -21,13 +21,7 @@ NORMS = ("q_norm.weight", "k_norm.weight")
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     # smaller than test_causal_lm's model: these tests build many engines
-    cfg = Qwen2Config(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, intermediate_size=32, tie_word_embeddings=True,
-                      max_position_embeddings=64)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny_qwen2_training")
-    Qwen2ForCausalLM(cfg).save_pretrained(str(path))
-    return str(path)
+    return small_qwen2_dir(tmp_path_factory, "tiny_qwen2_training")
 
 
 def _engine(model_dir, **kwargs):
