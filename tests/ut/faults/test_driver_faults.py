@@ -122,7 +122,8 @@ def test_placement_shortfall_says_what_was_asked_and_what_the_cluster_has():
     assert "largest node fits 2" in launcher.placement_shortfall({"CPU": 0.5}, 3, "STRICT_PACK", two)
     # workers that ask for no resource (num_cpus_per_worker=0, no accelerator) fit one node
     assert launcher.placement_shortfall({"CPU": 0.0}, 3, "STRICT_PACK", two) is None
-    assert launcher.placement_shortfall({"CPU": 0.0}, 3, "STRICT_PACK", []) is not None  # no node at all
+    for count in (1, 3):  # no node at all holds not even one worker
+        assert "the largest node fits 0" in launcher.placement_shortfall({"CPU": 0.0}, count, "STRICT_PACK", [])
 
 
 # ------------------------------------------------------------------ input found before Ray starts
