@@ -1,10 +1,12 @@
-"""Gradient norm and clipping in one process, and the shard sizes FSDP and TP give (no mesh needed)."""
+"""Gradient norm and clipping in one process, over a mesh smaller than the world (ranks as threads), and the
+shard sizes FSDP and TP give."""
 import math
 
 import pytest
 import torch
 
 from mindspeed_rl.models import sharding
+from ut.models.rank_threads import run_ranks
 
 
 def _params(*grads):
@@ -55,3 +57,17 @@ def test_planned_shards_follow_torch_chunk(n, parts, sizes):
     got = [sharding.planned_local_numel("w.weight", (n, 3), parts, 1, dp_rank=r) for r in range(parts)]
     assert got == [s * 3 for s in sizes] == [c.numel() for c in torch.arange(n * 3).view(n, 3).chunk(parts)] + \
         [0] * (parts - len(torch.arange(n).chunk(parts)))
+
+
+def _norm_on_a_sub_mesh(rank):
+    # four ranks as two engines of two: the norm of each engine's mesh takes its own two ranks only
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh("cpu", (2, 2, 1), mesh_dim_names=("engine", "dp", "tp"))["dp", "tp"]
+    grad = torch.tensor([3.0, 4.0]) * (1 if rank < 2 else 2)  # the same on both ranks of an engine
+    return mesh.ndim, mesh.size(), sharding.grad_norm(_params(grad), mesh)
+
+
+def test_the_norm_of_a_mesh_smaller_than_the_world_reduces_over_that_mesh_only():
+    got = run_ranks(4, _norm_on_a_sub_mesh)
+    assert [g[:2] for g in got] == [(2, 2)] * 4
+    assert [g[2] for g in got] == pytest.approx([5.0, 5.0, 10.0, 10.0])
