@@ -157,17 +157,17 @@ def _layouts(rank, model_dir):
     return {"group": (by_group.is_ddp, by_group.fsdp, None if by_group.mesh is None else by_group.mesh.size()),
             "mesh": (by_mesh.is_ddp, by_mesh.fsdp, sharding.local_bytes(by_mesh.module.parameters()) // 4 == full),
             "frozen": (frozen.is_ddp, frozen.mesh), "alone": (alone.is_ddp, alone.mesh),
-            "tp_frozen": sharding.local_bytes(tp_frozen.module.parameters()) // 4 < full,
+            "tp_frozen": (tp_frozen.is_ddp, sharding.local_bytes(tp_frozen.module.parameters()) // 4 < full),
             "dp_frozen": any(isinstance(p, sharding.DTensor) for p in dp_frozen.module.parameters())}
 
 
 def test_data_parallel_layouts_from_a_group_or_a_mesh(model_dir, monkeypatch):
     monkeypatch.setattr(causal_lm, "AutoModelForCausalLM", SerialLoads(causal_lm.AutoModelForCausalLM))
     # two ranks: a trainable engine on a group replicates over it (DDP), so does a mesh without fsdp;
-    # an untrainable one, or one given no group, is left whole
+    # an untrainable one, or one given no group, is left whole; a tp-only mesh is no DDP
     for got in run_ranks(2, _layouts, model_dir):
         assert got == {"group": (True, False, 2), "mesh": (True, False, True), "frozen": (False, None),
-                       "alone": (False, None), "tp_frozen": True, "dp_frozen": False}
+                       "alone": (False, None), "tp_frozen": (False, True), "dp_frozen": False}
     # a one-rank group is no data parallelism
     (got,) = run_ranks(1, _layouts, model_dir)
     assert got["group"] == (False, False, None) and got["frozen"] == (False, None)
