@@ -5,6 +5,7 @@
     mutation.py run NAME [--fresh]           mutate one module, run its tests against every mutant (resumes)
     mutation.py run NAME --only GLOB...      only the mutants matching these globs (e.g. 'build_series.x__range*')
     mutation.py retest NAME                  re-run only the mutants that were not killed, keep the kills
+    mutation.py retest NAME --only GLOB...   of those, only the ones matching these globs (the rest keep theirs)
     mutation.py summary [--markdown]         per-module table from the recorded results
     mutation.py survivors NAME [--diff]      survivors not listed in SURVIVORS.md
 
@@ -15,6 +16,7 @@ repository's top-level entries, a ``setup.cfg`` with the module's mutmut setting
 records each run: when, how long, and the counts after it.
 """
 import argparse
+import fnmatch
 import json
 import os
 import re
@@ -200,7 +202,7 @@ def run(name, fresh=False, only=()):
     return rc
 
 
-def retest(name):
+def retest(name, only=()):
     """Re-run the survivors, timeouts and untested mutants against the current tests. Kills are kept:
     a test added cannot revive a mutant, and mutmut would otherwise re-run the whole module when the
     test list changed. A function whose source changed loses its kills (mutmut re-runs its mutants)."""
@@ -211,21 +213,23 @@ def retest(name):
         raise SystemExit(f"{name}: no results yet, use `run`")
     meta = meta_path(mod)
     hashes = json.loads(meta.read_text())["hash_by_function_name"]
-    again = sorted(k for k, code in before.items() if _VERDICT.get(code, OTHER) != KILLED)
+    again = sorted(k for k, code in before.items() if _VERDICT.get(code, OTHER) != KILLED
+                   and (not only or any(fnmatch.fnmatchcase(k, g) or fnmatch.fnmatchcase(k.split(".")[-1], g)
+                                        for g in only)))
     start = time.time()
     rc = _mutmut(work, again, work / "mutmut.log") if again else 0
     data = json.loads(meta.read_text())
     kept = 0
     for key, code in before.items():
         func = key.split(".")[-1].rsplit("__mutmut_", 1)[0]
-        if (_VERDICT.get(code, OTHER) == KILLED and key in data["exit_code_by_key"]
+        if ((_VERDICT.get(code, OTHER) == KILLED or key not in again) and key in data["exit_code_by_key"]
                 and data["exit_code_by_key"][key] is None
                 and data["hash_by_function_name"].get(func) == hashes.get(func) is not None):
             data["exit_code_by_key"][key] = code
             kept += 1
     meta.write_text(json.dumps(data, indent=4))
     entry = _record(mod, f"retest {len(again)}", time.time() - start, rc)
-    print(f"{name}: retested {len(again)} (kept {kept} kills) rc={rc} in {entry['seconds']} s; {_line(mod)}",
+    print(f"{name}: retested {len(again)} (kept {kept} verdicts) rc={rc} in {entry['seconds']} s; {_line(mod)}",
           flush=True)
     return rc
 
@@ -301,6 +305,7 @@ def main(argv=None):
     s.add_argument("--only", nargs="+", default=(), metavar="GLOB", help="only the mutants matching these")
     s = sub.add_parser("retest")
     s.add_argument("name")
+    s.add_argument("--only", nargs="+", default=(), metavar="GLOB", help="only the not-killed mutants matching these")
     s = sub.add_parser("summary")
     s.add_argument("--markdown", action="store_true")
     s.add_argument("--all", action="store_true")
@@ -313,7 +318,7 @@ def main(argv=None):
     elif args.cmd == "run":
         return run(args.name, args.fresh, args.only)
     elif args.cmd == "retest":
-        return retest(args.name)
+        return retest(args.name, args.only)
     elif args.cmd == "summary":
         summary(args.markdown, args.all)
     elif args.cmd == "survivors":
