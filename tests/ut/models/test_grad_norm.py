@@ -38,6 +38,12 @@ def test_clip_scales_to_the_limit_and_returns_the_norm_before():
     torch.testing.assert_close(params[0].grad, torch.tensor([1.5, 2.0]), rtol=1e-5, atol=1e-6)
 
 
+def test_a_clipped_norm_ends_under_the_limit_not_over_it():
+    params = _params(torch.tensor([0.006, 0.008]))  # norm 0.01: the 1e-6 guard is 1e-4 of it
+    assert sharding.clip_grads(params, 0.005) == pytest.approx(0.01)
+    assert 0.0049 < sharding.grad_norm(params) < 0.005
+
+
 @pytest.mark.parametrize("limit", [5.0, 6.0])
 def test_a_norm_at_or_under_the_limit_is_left_as_it_is(limit):
     params = _params(torch.tensor([3.0, 4.0]))
@@ -71,3 +77,8 @@ def test_the_norm_of_a_mesh_smaller_than_the_world_reduces_over_that_mesh_only()
     got = run_ranks(4, _norm_on_a_sub_mesh)
     assert [g[:2] for g in got] == [(2, 2)] * 4
     assert [g[2] for g in got] == pytest.approx([5.0, 5.0, 10.0, 10.0])
+
+
+def test_planned_shards_default_to_rank_zero_of_both_splits():
+    # q_proj (5 x 3) splits its rows over tp (3 + 2), then tp rank 0's 3 rows over dp (2 + 1)
+    assert sharding.planned_local_numel("model.layers.0.self_attn.q_proj.weight", (5, 3), dp=2, tp=2) == 2 * 3

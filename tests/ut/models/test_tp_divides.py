@@ -72,3 +72,26 @@ def test_a_family_is_the_config_class_without_its_config_suffix():
         "layers only; the module stays replicated over tp"]
     assert sharding.replicated_lines(_meta("llama", {**LLAMA, "norm": "sequence_parallel"}))[0].startswith(
         "tensor parallel: Llama norm style")
+
+
+def test_without_an_hf_plan_the_fallback_splits_each_layers_linears_by_name():
+    model = _meta("llama", {})  # an empty HF plan: TP_PLAN by module name
+    model.model.layers[1].mlp.up_proj = torch.nn.Identity()  # named like a split module, but no nn.Linear
+    want = {f"model.layers.{i}.{name}": kind for i in range(2) for name, kind in sharding.TP_PLAN.items()}
+    del want["model.layers.1.mlp.up_proj"]
+    assert sharding.tp_plan(model) == want
+    model.config = NoPlan()  # a config object without the attribute at all
+    assert sharding.tp_plan(model) == want
+    assert sharding.replicated_over_tp(NoPlan()) == [] and sharding.replicated_lines(NoPlan()) == []
+
+
+def test_a_weight_kept_whole_does_not_end_the_check_of_the_modules_after_it():
+    model = _meta("qwen3", QWEN3_NORMS, intermediate_size=130)
+    plan = {"model.layers.0.self_attn.q_norm": "grad_sum", "model.layers.0.mlp.gate_proj": "colwise"}
+    with pytest.raises(ValueError, match=r"gate_proj\.out_features=130$"):
+        sharding.check_tp_divides(model, 4, plan=plan)
+
+
+def test_fsdp_without_a_data_parallel_dimension_is_refused():
+    with pytest.raises(ValueError, match=r"^FSDP needs a data-parallel size above 1 in the mesh's 'dp' dimension$"):
+        sharding.parallelize(torch.nn.Linear(2, 2), None, sharding.ParallelSpec(fsdp=True))
