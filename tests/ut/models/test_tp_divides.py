@@ -1,4 +1,5 @@
-"""What tensor parallel refuses before it splits anything, and how it names a family (meta-device models)."""
+"""Which modules tensor parallel splits (the HF plan, or the fallback by name), what it refuses before it splits
+anything, and how it names a family (meta-device models)."""
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -95,3 +96,21 @@ def test_a_weight_kept_whole_does_not_end_the_check_of_the_modules_after_it():
 def test_fsdp_without_a_data_parallel_dimension_is_refused():
     with pytest.raises(ValueError, match=r"^FSDP needs a data-parallel size above 1 in the mesh's 'dp' dimension$"):
         sharding.parallelize(torch.nn.Linear(2, 2), None, sharding.ParallelSpec(fsdp=True))
+
+
+def test_the_first_pattern_naming_a_module_decides_and_the_later_patterns_still_count():
+    model = _meta("llama", {"layers.*.self_attn.q_proj": "colwise", "layers.0.self_attn.q_proj": "rowwise",
+                            "layers.*.mlp.down_proj": "rowwise"})
+    assert sharding.tp_plan(model) == {
+        "model.layers.0.self_attn.q_proj": "colwise", "model.layers.1.self_attn.q_proj": "colwise",
+        "model.layers.0.mlp.down_proj": "rowwise", "model.layers.1.mlp.down_proj": "rowwise"}
+
+
+class ExpertPlan:
+    base_model_tp_plan = {"layers.*.mlp.experts": "moe_tp_experts"}
+
+
+def test_moe_experts_stay_whole_and_say_why():
+    assert sharding.replicated_over_tp(ExpertPlan()) == [sharding.ReplicatedOverTP(
+        "layers.*.mlp.experts", "moe_tp_experts",
+        "is not applied by this engine: the MoE experts stay whole (FSDP shards them over dp)")]
