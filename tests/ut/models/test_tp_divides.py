@@ -114,3 +114,21 @@ def test_moe_experts_stay_whole_and_say_why():
     assert sharding.replicated_over_tp(ExpertPlan()) == [sharding.ReplicatedOverTP(
         "layers.*.mlp.experts", "moe_tp_experts",
         "is not applied by this engine: the MoE experts stay whole (FSDP shards them over dp)")]
+
+
+class ExpertsAndShared:  # MoE experts kept whole do not keep the rest of their block whole
+    base_model_tp_plan = {"layers.*.mlp.experts": "moe_tp_experts", "layers.*.mlp.shared_experts.up_proj": "colwise"}
+
+
+def test_experts_left_whole_leave_the_shared_linears_of_their_block_split():
+    assert [(r.pattern, r.style) for r in sharding.replicated_over_tp(ExpertsAndShared())] == [
+        ("layers.*.mlp.experts", "moe_tp_experts")]
+
+
+def test_a_plan_naming_a_parameter_or_a_norm_says_why_it_is_not_applied():
+    model = _meta("llama", {"layers.*.self_attn.q_proj.weight": "colwise", "layers.*.input_layernorm": "rowwise",
+                            "layers.*.mlp.down_proj": "rowwise"})
+    assert {r.pattern: r.reason for r in sharding.replicated_over_tp(model)} == {
+        "layers.*.self_attn.q_proj.weight": "is not applied: it names a parameter, not a module",
+        "layers.*.input_layernorm": "is not applied: LlamaRMSNorm is not an nn.Linear"}
+    assert set(sharding.tp_plan(model)) == {"model.layers.0.mlp.down_proj", "model.layers.1.mlp.down_proj"}
