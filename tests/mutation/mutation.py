@@ -202,10 +202,33 @@ def run(name, fresh=False, only=()):
     return rc
 
 
+def retest_targets(before, only=()):
+    """The not-killed mutants of ``before`` ({name: exit code}), only those matching a glob of ``only`` (on
+    the full name or its last part) when given."""
+    return sorted(k for k, code in before.items() if _VERDICT.get(code, OTHER) != KILLED
+                  and (not only or any(fnmatch.fnmatchcase(k, g) or fnmatch.fnmatchcase(k.split(".")[-1], g)
+                                       for g in only)))
+
+
+def restore_verdicts(before, again, data, hashes) -> int:
+    """Put back into ``data`` (mutmut's meta after a run) the verdicts of ``before`` that mutmut cleared:
+    every kill, and every verdict of a mutant not in ``again``, unless its function's hash changed since
+    (``hashes``: the hashes before the run). Returns how many were put back."""
+    codes, kept = data["exit_code_by_key"], 0
+    for key, code in before.items():
+        func = key.split(".")[-1].rsplit("__mutmut_", 1)[0]
+        if ((_VERDICT.get(code, OTHER) == KILLED or key not in again) and key in codes and codes[key] is None
+                and code is not None and data["hash_by_function_name"].get(func) == hashes.get(func) is not None):
+            codes[key] = code
+            kept += 1
+    return kept
+
+
 def retest(name, only=()):
-    """Re-run the survivors, timeouts and untested mutants against the current tests. Kills are kept:
-    a test added cannot revive a mutant, and mutmut would otherwise re-run the whole module when the
-    test list changed. A function whose source changed loses its kills (mutmut re-runs its mutants)."""
+    """Re-run the survivors, timeouts and untested mutants against the current tests (``only``: those
+    matching these globs). Kills are kept: a test added cannot revive a mutant, and mutmut would otherwise
+    re-run the whole module when the test list changed; with ``only``, every other verdict is kept too.
+    A function whose source changed loses its verdicts (mutmut re-runs its mutants)."""
     mod = module(name)
     work = prepare(mod)
     before = verdicts(mod)
@@ -213,20 +236,14 @@ def retest(name, only=()):
         raise SystemExit(f"{name}: no results yet, use `run`")
     meta = meta_path(mod)
     hashes = json.loads(meta.read_text())["hash_by_function_name"]
-    again = sorted(k for k, code in before.items() if _VERDICT.get(code, OTHER) != KILLED
-                   and (not only or any(fnmatch.fnmatchcase(k, g) or fnmatch.fnmatchcase(k.split(".")[-1], g)
-                                        for g in only)))
+    again = retest_targets(before, only)
+    if not again:
+        print(f"{name}: nothing to retest; {_line(mod)}", flush=True)
+        return 0
     start = time.time()
-    rc = _mutmut(work, again, work / "mutmut.log") if again else 0
+    rc = _mutmut(work, again, work / "mutmut.log")
     data = json.loads(meta.read_text())
-    kept = 0
-    for key, code in before.items():
-        func = key.split(".")[-1].rsplit("__mutmut_", 1)[0]
-        if ((_VERDICT.get(code, OTHER) == KILLED or key not in again) and key in data["exit_code_by_key"]
-                and data["exit_code_by_key"][key] is None
-                and data["hash_by_function_name"].get(func) == hashes.get(func) is not None):
-            data["exit_code_by_key"][key] = code
-            kept += 1
+    kept = restore_verdicts(before, set(again), data, hashes)
     meta.write_text(json.dumps(data, indent=4))
     entry = _record(mod, f"retest {len(again)}", time.time() - start, rc)
     print(f"{name}: retested {len(again)} (kept {kept} verdicts) rc={rc} in {entry['seconds']} s; {_line(mod)}",
