@@ -87,7 +87,8 @@ class RLConfig(BaseConfig):
     use_tensorboard (False) / use_wandb (False): metric sinks.
     wandb_project / wandb_exp_name / wandb_save_dir (''): wandb settings.
     blocking (True): wait for each stage before starting the next.
-    guarantee_order (False): keep sample order through the transfer dock.
+    guarantee_order (False): rollout rows as fixed shares bound to DP ranks (a seeded random split) instead of
+        one queue of the round that every rollout engine draws from.
     num_cpus_for_local_task (1.0): CPUs of each local Ray task.
     num_cpus_for_placement_group (8): CPUs per placement-group bundle.
     use_integrated_worker (True): actor, reference and rollout share devices.

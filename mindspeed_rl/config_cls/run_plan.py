@@ -90,6 +90,7 @@ class StagePlan:
     stage: Optional[Stage] = None
     inputs: Tuple[str, ...] = ()  # columns this run's stage reads (the table's, plus optional ones)
     extra_outputs: Tuple[str, ...] = ()  # columns this run's stage writes besides the table's
+    queued: bool = False  # served from one queue of the round (rows_per_share: rows per take at most)
 
     @property
     def phase(self) -> str:
@@ -199,6 +200,19 @@ class RunPlan:
         """Optimizer steps of the whole run (the LR schedule's length)."""
         return self.train_iters * self.steps_per_iteration
 
+    @property
+    def rollout_consumers(self) -> int:
+        """Engines that draw from the rollout queue independently: every rank with vLLM (each holds the
+        whole model), one per TP group with transformers generate (a TP-sharded model generates together)."""
+        return self.layout.world_size if self.worker.rollout.backend == "vllm" else self.layout.dp
+
+    def rollout_takes(self, stage: "StagePlan") -> Tuple[Optional[int], Optional[int]]:
+        """(chunk, cap) of the queue of ``stage``: fixed chunks of rows_per_share rows for transformers
+        generate (one batch per take), else continuous takes of at most rows_per_share rows (vLLM)."""
+        if self.worker.rollout.backend == "vllm":
+            return None, stage.rows_per_share
+        return stage.rows_per_share, None
+
     def layout_of(self, role: str) -> Layout:
         """The layout of the worker group that runs ``role``'s stages ('actor' and 'ref' share one)."""
         if role in ("actor", "ref"):
@@ -248,8 +262,10 @@ class RunPlan:
         return self.stages[name]
 
     def summary(self) -> str:
-        parts = [f"{s.name}: {s.shares_per_rank} x {s.rows_per_share} rows/rank"
-                 f"{' balanced' if s.balanced else ''}" for s in self.dp_stages]
+        parts = [f"{s.name}: " + (f"one queue of {self.rows_per_round} rows over {self.rollout_consumers} "
+                                  f"engine(s), at most {s.rows_per_share} rows a take" if s.queued else
+                                  f"{s.shares_per_rank} x {s.rows_per_share} rows/rank"
+                                  f"{' balanced' if s.balanced else ''}") for s in self.dp_stages]
         critic = self.critic.layout if self.critic is not None else None
         return (f"layout DP={self.layout.dp} TP={self.layout.tp} ({self.layout.world_size} workers, "
                 f"{self.layout.engine} engine); "
@@ -384,7 +400,7 @@ def _check_update_dispatch(size, layout, actor_config, mini, rows, key="actor_up
                   f"(DP={layout.dp}), the same mini-batches", UserWarning, stacklevel=3)
 
 
-def _stage(stage: Stage, size, default, rows, dp, balanced, inputs, outputs) -> StagePlan:
+def _stage(stage: Stage, size, default, rows, dp, balanced, inputs, outputs, queued=False) -> StagePlan:
     """A DP stage sized: ``size`` rows per share (``default`` when unset) over ``dp`` ranks."""
     key = stage.dispatch_key
     size = default if size is None else size
@@ -396,7 +412,8 @@ def _stage(stage: Stage, size, default, rows, dp, balanced, inputs, outputs) -> 
         raise PlanError(f"rl_config.{key}={size} gives {shares} shares per round, not a multiple of the "
                         f"data parallel size {dp}: every DP rank must take the same number of shares")
     return StagePlan(stage.name, size, shares // dp, balanced and stage.balanceable, config_key=key,
-                     stage=stage, inputs=inputs, extra_outputs=outputs[len(stage.outputs):])
+                     stage=stage, inputs=inputs, extra_outputs=outputs[len(stage.outputs):],
+                     queued=queued and bool(stage.queue_method))
 
 
 def _dapo(rl_config, generate_config):
@@ -547,7 +564,8 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
         else:
             size = getattr(rl_config, row.dispatch_key) if row.dispatch_key else None
             stages[row.name] = _stage(row, size, n // role_dp, n, role_dp,
-                                      rl_config.use_dp_batch_balance, inputs, outputs)
+                                      rl_config.use_dp_batch_balance, inputs, outputs,
+                                      queued=not rl_config.guarantee_order)
     if group_filter is not None:  # the filter reads its metric and carries what the train stages read
         later = [s for s in stages.values() if s.phase == "train"]
         made = {c for s in later for c in s.outputs}

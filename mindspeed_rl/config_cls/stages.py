@@ -93,6 +93,7 @@ class Stage:
     optional_inputs: Tuple[str, ...] = ()  # also read when an earlier stage of the run writes them
     extra_outputs: Tuple[Tuple[str, str], ...] = ()  # (column, Features flag): written when the flag is on
     share: str = "round"        # dp rows per share by default: 'round' (the rank's rows) or 'mini' (a mini-batch)
+    queue_method: str = ""      # worker method that serves the stage from a queue of the round's rows ('': planned)
 
     @property
     def is_dp(self) -> bool:
@@ -102,10 +103,11 @@ class Stage:
         return self.outputs + tuple(c for c, flag in self.extra_outputs if features.has(flag))
 
 
+# rows come from one queue of the round that every engine draws from (rl_config.guarantee_order: fixed shares)
 ROLLOUT = Stage("actor_rollout", "dp", "actor", "generate_sequences", ("prompts",),
                 ("responses", "response_length"), cost_columns=("prompt_length",),
                 dispatch_key="actor_rollout_dispatch_size", phase="rollout",
-                extra_outputs=((ROLLOUT_LOG_PROBS, "rollout_log_probs"),))
+                extra_outputs=((ROLLOUT_LOG_PROBS, "rollout_log_probs"),), queue_method="serve_sequences")
 REWARD = Stage("rule_reward", "driver", "driver", "compute_rewards",
                ("responses", "labels", "prompt_length", "response_length"), ("rm_scores",), phase="rollout",
                extra_outputs=((FILTER_METRIC, "dynamic_sampling"),))

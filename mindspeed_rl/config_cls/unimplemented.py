@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 WARN, ERROR = "warn", "error"
-_HF_ROLLOUT = ("rollout_backend=hf samples with transformers generate over the rank's whole share; the key "
-               "acts with rollout_backend vllm (or auto with vLLM installed)")
+_HF_ROLLOUT = ("rollout_backend=hf samples with transformers generate, one batch per take of "
+               "actor_rollout_dispatch_size rows; the key acts with rollout_backend vllm (or auto with vLLM installed)")
 _NO_FUSION = "the HF model's own kernels run; no fused/Ascend kernels"
 _MULTI_TURN = "not implemented yet: no multi-turn tool use; each response is one generate call"
 _LORA = "not implemented yet: every weight is trained (full-parameter GRPO; the memory plan counts full AdamW state)"
@@ -66,7 +66,6 @@ KEYS: List[Key] = [
     Key("rl_config", "wandb_exp_name", WARN, "no wandb"),
     Key("rl_config", "wandb_save_dir", WARN, "no wandb"),
     Key("rl_config", "blocking", WARN, "stages always run one after another", lambda v: v is False),
-    Key("rl_config", "guarantee_order", WARN, "rows are served by the round's plan, bound to DP ranks"),
     Key("rl_config", "num_cpus_for_local_task", WARN, "driver-side stages run in the driver process"),
     Key("rl_config", "num_cpus_for_placement_group", WARN,
         "each worker's bundle asks for 1 CPU with an accelerator, 0.5 without"),
@@ -78,7 +77,9 @@ KEYS: List[Key] = [
     Key("rl_config", "rule_reward", ERROR, "rewards come from the rule verifiers only (no reward model)",
         lambda v: v is False),
     Key("rl_config", "hccl_buffersize", WARN, "no HCCL buffer is sized; collectives use torch.distributed defaults"),
-    Key("rl_config", "async_engine", WARN, "rollout is synchronous HF generate"),
+    Key("rl_config", "async_engine", WARN,
+        "a round's rollout ends when its every row is complete (the rollout queue's engines stop together); "
+        "nothing is carried to the next round"),
     Key("rl_config", "zmq_communication", WARN, "data moves through the Ray transfer dock"),
     Key("rl_config", "log_max_throughput", WARN, "no max-throughput metric; per-stage timings are logged"),
     Key("rl_config", "actor_max_packing_token_size", WARN,

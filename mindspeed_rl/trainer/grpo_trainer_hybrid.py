@@ -9,7 +9,7 @@ from typing import Dict, Iterator, List
 import numpy as np
 from tqdm import tqdm
 
-from mindspeed_rl.config_cls.stages import BALANCED_STAGES, TRAIN
+from mindspeed_rl.config_cls.stages import BALANCED_STAGES, ROLLOUT, TRAIN
 from mindspeed_rl.trainer.base import RayBaseTrainer
 from mindspeed_rl.trainer.stage_runner import StageRunner
 from mindspeed_rl.trainer.utils import ppo_stages
@@ -268,6 +268,10 @@ class RayGRPOTrainer(RayBaseTrainer):
             f"{stage}:imb={get(balance_key(stage, 'rank_imbalance'), '{:.2%}')}"
             f"(random {get(balance_key(stage, 'rank_imbalance_random'), '{:.2%}')})"
             for stage in BALANCED_STAGES if balance_key(stage, "rank_imbalance") in m)
+        if balance_key(ROLLOUT.name, "bound_gap") in m:  # the queued rollout: its engines' busy times
+            balance = (f"{ROLLOUT.name}:imb={get(balance_key(ROLLOUT.name, 'rank_imbalance'), '{:.2%}')}"
+                       f"(static {get(balance_key(ROLLOUT.name, 'rank_imbalance_random'), '{:.2%}')}) "
+                       f"bound+{get(balance_key(ROLLOUT.name, 'bound_gap'), '{:.1%}')} " + balance)
         return (f"iter {iteration}: reward={get('reward/mean')} resp_len={get('response_length/mean', '{:.2f}')} "
                 f"loss={get('actor/pg_loss', '{:.4f}')} kl={get('actor/kl', '{:.4f}')} "
                 f"update max/min rank s={get(f'timing/{TRAIN.name}/max', '{:.2f}')}/"

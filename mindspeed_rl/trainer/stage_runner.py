@@ -9,9 +9,16 @@ is that sequence, and nothing else calls ``dispatch`` or ``put_stage``.
 Consecutive DP stages on one worker group whose round plans coincide (the
 reference and old log-probs when balanced) run together: one ``StageGroup``,
 one dispatch, one call per rank, one put.
+
+A queued stage (rollout, unless ``rl_config.guarantee_order``) has no plan: the
+round's rows go into one queue that every engine of the worker group draws from
+(``run_queued_stage``), and the dock writes each row where it belongs whichever
+engine made it.
 """
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple, Union
+
+from mindspeed_rl.trainer.utils.rollout_balance import rollout_figures
 
 if TYPE_CHECKING:
     from mindspeed_rl.config_cls.run_plan import StagePlan
@@ -80,6 +87,19 @@ def run_dp_stage(workers, dock, group: StageGroup, **context) -> List[Metrics]:
     return metrics
 
 
+def run_queued_stage(workers, dock, stage, **context) -> Tuple[Metrics, List[Metrics]]:
+    """A queued DP stage (rollout) on ``workers``: the dock's round goes into the group's queue, every
+    engine takes rows until it is drained, the dock writes what each made (one put), and the round's
+    balance figures are recorded. Returns (the figures, every rank's metrics)."""
+    group = StageGroup.of(stage)
+    queued = dock.queue_round(group)
+    metrics, made = workers.run_queued_stage(group, queued, **context)
+    dock.put_queued(group, queued.order, [(trace["rows"], out) for out, trace in made])
+    figures, plan = rollout_figures(dock, stage, queued, [trace for _, trace in made])
+    dock.record_plan(plan)
+    return figures, metrics
+
+
 class StageRunner:
     """Runs stages in order on ``dock``'s round: a driver stage by ``driver.<method>(stage)``,
     DP stages in groups on the worker group of their role (``groups``: role -> worker group)."""
@@ -96,7 +116,7 @@ class StageRunner:
     def _joins(self, stage, stages: List[Any]) -> bool:
         """Whether DP ``stage`` can run with ``stages``: the same worker group, none
         of their outputs among its inputs, and the same plan."""
-        if not stage.is_dp or self.workers(stage) is not self.workers(stages[0]):
+        if not stage.is_dp or getattr(stage, "queued", False) or self.workers(stage) is not self.workers(stages[0]):
             return False
         if set(stage.inputs) & {c for s in stages for c in s.outputs}:
             return False
@@ -120,6 +140,12 @@ class StageRunner:
             if not stage.is_dp:
                 method: Callable[[Any], Metrics] = getattr(driver, stage.method)
                 metrics.update(method(stage))
+                i += 1
+                continue
+            if getattr(stage, "queued", False):
+                figures, ranks = run_queued_stage(self.workers(stage), self.dock, stage, **context)
+                metrics.update(figures)
+                results += ranks
                 i += 1
                 continue
             group = self.take_group(stages, i)

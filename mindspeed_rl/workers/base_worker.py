@@ -1,6 +1,7 @@
 """Worker base: process-group set-up and the stage call shared by all workers."""
 import os
 import socket
+import time
 from datetime import timedelta
 from typing import Dict, List, Optional, Tuple
 
@@ -14,6 +15,7 @@ from mindspeed_rl.config_cls.base_config import BaseConfig
 from mindspeed_rl.models.device import get_device, get_dist_backend
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch, cpu_batch
 from mindspeed_rl.workers.parallel_state import ParallelState
+from mindspeed_rl.workers.rollout_source import RaySource
 
 
 class BaseWorker(UpstreamWorkerIO):
@@ -90,6 +92,34 @@ class BaseWorker(UpstreamWorkerIO):
         if not output or not self.is_tp_src:
             return metrics, None
         return metrics, cpu_batch(output)
+
+    def rollout_consumer(self) -> Tuple[int, bool]:
+        """(this rank's consumer id on the rollout queue, whether it returns the rows it makes): every rank
+        when each holds a whole engine (``RunPlan.rollout_consumers`` = world size), else one consumer per
+        TP group (a TP-sharded model generates together; its TP source returns the rows)."""
+        if self.run_plan.rollout_consumers == self.world_size:
+            return self.rank, True
+        return self.parallel_state.dp_rank, self.is_tp_src
+
+    def run_queued_stage(self, group, order: List[int], batch, queue, key, **context):
+        """Run the queued stage of ``group`` (one stage) on the rows this rank takes from ``queue`` (round
+        ``key``): ``order`` is the round's row ids in queue order, ``batch`` their inputs in that order.
+        Returns (metrics, output columns, trace) with the row ids in the trace; a mirroring TP peer returns
+        (metrics, None, None)."""
+        if len(group.names) != 1:
+            raise ValueError(f"rank {self.rank}: a queued stage runs alone, got {list(group.names)}")
+        stage = self.run_plan.stages.get(group.names[0])
+        if stage is None or not stage.queued:
+            raise ValueError(f"rank {self.rank}: the run plan has no queued stage '{group.names[0]}'")
+        batch = batch if isinstance(batch, ColumnBatch) else ColumnBatch(batch)
+        consumer, returns = self.rollout_consumer()
+        source = RaySource(queue, key, consumer, order, {c: batch[c] for c in stage.inputs},
+                           deadline=time.monotonic() + self.run_plan.timeouts.stage_deadline)
+        metrics, output, trace = getattr(self, stage.stage.queue_method)(source, **context)
+        if not returns:
+            return metrics, None, None
+        trace["consumer"] = consumer
+        return metrics, cpu_batch(output), trace
 
     def _run_one(self, name: str, plan, batch, context):
         stage = self.run_plan.stages.get(name)

@@ -80,17 +80,17 @@ class EngineWorker(BaseWorker):
             count = sync_micro_batch_count(count, self.parallel_state.dp_group)
         return [chunk.tolist() for chunk in np.array_split(np.arange(n), count)]
 
-    def _timing(self, stage: str, start: float, lengths: List[int] = ()) -> Dict[str, float]:
-        """Stage time, tokens and workload (the balance objective) this rank processed."""
+    def _timing(self, stage: str, start: float, lengths: List[int] = (), load: bool = True) -> Dict[str, float]:
+        """Stage time, tokens and workload (the balance objective) this rank processed (``load``: the
+        workload too, for the DP-balance figures of a planned stage; a queued stage has its own)."""
         out = {f"timing/{stage}": time.perf_counter() - start, f"tokens/{stage}": float(sum(lengths)),
                "rank": float(self.rank), "dp_rank": float(self.parallel_state.dp_rank),
                "tp_rank": float(self.parallel_state.tp_rank)}
         spec = self.run_plan.balance
-        if spec is not None and spec.objective == "flops":
-            load = float(spec.workload.cost(np.asarray(lengths, dtype=np.float64)).sum())
-        else:
-            load = float(sum(lengths))
-        out[f"load/{stage}"] = load
+        if load and spec is not None and spec.objective == "flops":
+            out[f"load/{stage}"] = float(spec.workload.cost(np.asarray(lengths, dtype=np.float64)).sum())
+        elif load:
+            out[f"load/{stage}"] = float(sum(lengths))
         if self.device.type == "cuda":
             out[f"memory/{stage}_peak_gb"] = torch.cuda.max_memory_allocated(self.device) / 2 ** 30
         return out

@@ -17,6 +17,11 @@ from mindspeed_rl.utils.dist_sync import all_reduce_scalar
 from mindspeed_rl.workers.engine_worker import EngineWorker, sequence_lengths as _lengths
 
 
+def _length_rows(responses):
+    """``response_length`` rows of ``responses`` (one int32 count each)."""
+    return [torch.tensor([r.numel()], dtype=torch.int32) for r in responses]
+
+
 def rollout_seed(base: int, iteration: int, first_row: int) -> int:
     """Sampling seed of a rollout share: distinct for every (seed, iteration, row)."""
     words = np.random.SeedSequence([int(base) % 2 ** 63, int(iteration), int(first_row)]).generate_state(2)
@@ -41,26 +46,50 @@ class IntegratedWorker(EngineWorker):
     # Each takes this rank's rows, one column dict per share, and returns
     # (metrics, output columns) (see BaseWorker.run_stage).
 
-    def generate_sequences(self, batches, shares, iteration: int = 0, **_):
-        """Rollout of this rank's shares. Row r's sampling seed depends on (seed, iteration, r) only (the HF
-        backend seeds a share by its first row), so runs repeat and resume exactly."""
-        start = time.perf_counter()
+    def _seed_of(self, iteration: int):
+        """Row r's sampling seed in ``iteration``: (seed, iteration, r) only, whichever rank makes the row."""
         sampling = self.run_plan.worker.sampling
         base = sampling.seed if sampling.seed is not None else self.run_plan.seed
+        return lambda row: rollout_seed(base, iteration, row)
+
+    def generate_sequences(self, batches, shares, iteration: int = 0, **_):
+        """Rollout of this rank's fixed shares (``rl_config.guarantee_order``). The HF backend seeds a share
+        by its first row, vLLM every row by its own seed, so runs repeat and resume exactly."""
+        start = time.perf_counter()
+        seed_of, sampling = self._seed_of(iteration), self.run_plan.worker.sampling
         lengths, out = [], {"responses": [], "response_length": []}
         drift = self.run_plan.worker.rollout.returns_log_probs
         if drift:
             out[ROLLOUT_LOG_PROBS] = []
         for batch, share in zip(batches, shares):
-            result = self.rollout.generate(batch["prompts"], sampling,
-                                           [rollout_seed(base, iteration, row) for row in share],
+            result = self.rollout.generate(batch["prompts"], sampling, [seed_of(row) for row in share],
                                            eos_id=self.eos_id, pad_id=self.pad_id)
             out["responses"] += result.responses
-            out["response_length"] += [torch.tensor([r.numel()], dtype=torch.int32) for r in result.responses]
             if drift:
                 out[ROLLOUT_LOG_PROBS] += result.log_probs
             lengths += [p.numel() + r.numel() for p, r in zip(batch["prompts"], result.responses)]
+        out["response_length"] = _length_rows(out["responses"])
         return self._timing(ROLLOUT.name, start, lengths), out
+
+    def serve_sequences(self, source, iteration: int = 0, **_):
+        """Rollout from the round's queue (``source``: this consumer's end of it) until it is drained.
+        Returns (metrics, output columns in the order the rows finished, the consumer's trace: its row ids,
+        busy seconds, row latencies and engine records for the driver's balance figures)."""
+        start = time.perf_counter()
+        self.rollout.prepare()  # every rank together: the weight gather is a collective
+        synced = time.perf_counter()
+        stage = self.run_plan.stages[ROLLOUT.name]
+        served = self.rollout.serve(source, self.run_plan.worker.sampling, self._seed_of(iteration),
+                                    self.eos_id, self.pad_id, stage.rows_per_share)
+        out = {"responses": served.responses, "response_length": _length_rows(served.responses)}
+        if self.run_plan.worker.rollout.returns_log_probs:
+            out[ROLLOUT_LOG_PROBS] = served.log_probs
+        lengths = [p + r.numel() for p, r in zip(served.prompt_lengths, served.responses)]
+        metrics = self._timing(ROLLOUT.name, start, lengths, load=False)
+        metrics["timing/rollout_weight_sync"] = synced - start
+        trace = {"rows": served.rows, "busy": served.busy, "latency": served.latency,
+                 "trace": served.trace_array()}
+        return metrics, out, trace
 
     def _log_prob_stage(self, stage, batches, engine):
         start = time.perf_counter()

@@ -1,7 +1,9 @@
 """The interface both rollout backends keep, and the factory the worker calls."""
-from dataclasses import dataclass
-from typing import List, Optional
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
 
+import numpy as np
 from torch import Tensor
 
 
@@ -9,6 +11,23 @@ from torch import Tensor
 class RolloutResult:
     responses: List[Tensor]                    # new tokens per prompt (up to and including EOS), CPU TOKEN_DTYPE
     log_probs: Optional[List[Tensor]] = None   # the engine's log-prob of each sampled token (vLLM), CPU float
+
+
+@dataclass
+class Served:
+    """What one consumer of the rollout queue made: its rows (in the order they finished), their responses
+    (and rollout log-probs), each row's latency in the engine, the engine's trace records
+    ``(steps, live, prefill, seconds)`` (utils/rollout_cost.py) and its busy seconds."""
+    rows: List[int] = field(default_factory=list)
+    prompt_lengths: List[int] = field(default_factory=list)
+    responses: List[Tensor] = field(default_factory=list)
+    log_probs: Optional[List[Tensor]] = None
+    latency: List[float] = field(default_factory=list)
+    trace: List[tuple] = field(default_factory=list)
+    busy: float = 0.0
+
+    def trace_array(self) -> np.ndarray:
+        return np.asarray(self.trace, dtype=np.float64).reshape(-1, 4)
 
 
 class RolloutBackend:
@@ -19,6 +38,36 @@ class RolloutBackend:
                  pad_id: Optional[int]) -> RolloutResult:
         """One response per prompt; ``seeds[i]`` is prompt i's sampling seed (from the rollout seed)."""
         raise NotImplementedError
+
+    def serve(self, source, sampling, seed_of: Callable[[int], int], eos_id: Optional[int], pad_id: Optional[int],
+              chunk: int, clock=time.perf_counter) -> Served:
+        """Rows from ``source`` (utils/rollout_queue.py's interface) until it is drained, one ``generate`` per
+        take of ``chunk`` rows; row r samples with ``seed_of(r)``."""
+        out = Served(log_probs=None)
+        begin = clock()
+        while True:
+            source.request(chunk)
+            got = source.poll(block=True)
+            if not got:
+                break
+            prompts = got.inputs["prompts"]
+            start = clock()
+            result = self.generate(prompts, sampling, [seed_of(r) for r in got.ids], eos_id, pad_id)
+            seconds = clock() - start
+            longest = max((r.numel() for r in result.responses), default=0)
+            out.trace.append((longest, len(prompts), len(prompts) * max(p.numel() for p in prompts), seconds))
+            out.rows += got.ids
+            out.prompt_lengths += [p.numel() for p in prompts]
+            out.responses += result.responses
+            out.latency += [seconds] * len(prompts)
+            if result.log_probs is not None:
+                out.log_probs = (out.log_probs or []) + result.log_probs
+        out.busy = clock() - begin
+        return out
+
+    def prepare(self) -> None:
+        """Before a round: bring the engine's weights up to the actor's (every rank of the actor's mesh calls
+        it together: a gather of sharded weights is a collective)."""
 
     def weights_changed(self) -> None:
         """The actor's weights changed (an update, a checkpoint load): the next generate samples from them."""

@@ -7,12 +7,13 @@ Each prompt gets its own sampling seed, so a row's response does not depend on w
 """
 import math
 import os
-from typing import Iterator, List, Tuple
+import time
+from typing import Dict, Iterator, List, Tuple
 
 import torch
 from torch.distributed.tensor import DTensor
 
-from mindspeed_rl.models.rollout.base import RolloutBackend, RolloutResult
+from mindspeed_rl.models.rollout.base import RolloutBackend, RolloutResult, Served
 from mindspeed_rl.utils.token_ids import token_ids
 
 _MIB = 2 ** 20
@@ -99,6 +100,7 @@ class VLLMRollout(RolloutBackend):
 
     def _params(self, sampling, seed: int, eos_id):
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
         greedy = sampling.temperature <= 0
         return SamplingParams(
             n=1, max_tokens=sampling.max_tokens, temperature=0.0 if greedy else sampling.temperature,
@@ -106,25 +108,84 @@ class VLLMRollout(RolloutBackend):
             min_p=0.0 if greedy else sampling.min_p, seed=int(seed),
             # no eos_id: run to max_tokens, as the HF backend does (vLLM would stop at the checkpoint's EOS)
             stop_token_ids=[int(eos_id)] if eos_id is not None else None, ignore_eos=eos_id is None,
-            logprobs=0 if self.settings.returns_log_probs else None, detokenize=False)
+            logprobs=0 if self.settings.returns_log_probs else None, detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY)  # a request's output once, when it finishes
+
+    def _response(self, output) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(response tokens, their log-probs or None) of a finished request."""
+        done = output.outputs[0]
+        ids = list(done.token_ids)
+        if not self.settings.returns_log_probs:
+            return token_ids(ids), None
+        return token_ids(ids), torch.tensor([step[t].logprob for step, t in zip(done.logprobs, ids)],
+                                            dtype=torch.float32)
+
+    def prepare(self) -> None:
+        if self.stale:  # a collective over the actor's mesh: every rank syncs before it takes rows
+            self.sync_weights()
 
     def generate(self, prompts, sampling, seeds, eos_id, pad_id) -> RolloutResult:
-        if self.stale:  # first, even with no prompts: the gathers are collectives over the actor's mesh
-            self.sync_weights()
+        self.prepare()  # first, even with no prompts
         if not prompts:
             return RolloutResult([], [] if self.settings.returns_log_probs else None)
         requests = [{"prompt_token_ids": p.reshape(-1).tolist()} for p in prompts]
         params = [self._params(sampling, s, eos_id) for s in seeds]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
-        responses, log_probs = [], []
-        for out in outputs:
-            done = out.outputs[0]
-            ids = list(done.token_ids)
-            responses.append(token_ids(ids))
-            if self.settings.returns_log_probs:
-                log_probs.append(torch.tensor([step[t].logprob for step, t in zip(done.logprobs, ids)],
-                                              dtype=torch.float32))
-        return RolloutResult(responses, log_probs if self.settings.returns_log_probs else None)
+        made = [self._response(out) for out in self.llm.generate(requests, params, use_tqdm=False)]
+        return RolloutResult([r for r, _ in made],
+                             [lp for _, lp in made] if self.settings.returns_log_probs else None)
+
+    def serve(self, source, sampling, seed_of, eos_id, pad_id, chunk, clock=time.perf_counter) -> Served:
+        """Continuous batching over the queue: requests join the running engine between steps, up to
+        ``max_num_seqs`` live; after every step the free slots are asked for, with the progress of this
+        engine's rows (tokens so far, final lengths: the queue's evidence of which groups run long). The answer
+        is read between later steps, so the engine never waits on the queue while it has work. ``chunk`` is not
+        used: the queue caps a take."""
+        self.prepare()
+        engine, cap = self.llm.llm_engine, self.settings.max_num_seqs
+        out = Served(log_probs=[] if self.settings.returns_log_probs else None)
+        live: Dict[str, list] = {}  # request id -> [row, position, admitted at (s), admitted at (step), prompt tokens]
+        finished: List[Tuple[int, int]] = []  # (position, length) since the last take went out
+        prefill, steps, begin = 0, 0, clock()
+
+        def progress():
+            report = [(v[1], steps - v[3]) for v in live.values()] + finished
+            finished.clear()
+            return report
+
+        while True:
+            if len(live) < cap:
+                source.request(cap - len(live), progress)
+            got = source.poll(block=not live)
+            if got:
+                now = clock()
+                for row, position, prompt in zip(got.ids, got.positions, got.inputs["prompts"]):
+                    rid = f"row{row}"
+                    engine.add_request(rid, {"prompt_token_ids": prompt.reshape(-1).tolist()},
+                                       self._params(sampling, seed_of(row), eos_id))
+                    live[rid] = [row, position, now, steps, prompt.numel()]
+                    prefill += prompt.numel()
+            if not live:
+                if source.drained:
+                    break
+                continue
+            count, start = len(live), clock()
+            done = [o for o in engine.step() if o.finished]
+            end = clock()
+            steps += 1
+            out.trace.append((1, count, prefill, end - start))
+            prefill = 0
+            for output in done:
+                row, position, admitted, _, prompt_length = live.pop(output.request_id)
+                response, log_probs = self._response(output)
+                finished.append((position, response.numel()))
+                out.rows.append(row)
+                out.prompt_lengths.append(prompt_length)
+                out.responses.append(response)
+                out.latency.append(end - admitted)
+                if out.log_probs is not None:
+                    out.log_probs.append(log_probs)
+        out.busy = clock() - begin
+        return out
 
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None

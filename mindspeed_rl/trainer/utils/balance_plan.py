@@ -79,6 +79,11 @@ class BalancePlanner:
         self._plans[consumer] = ((unit, needed), plan)
         return plan.popleft()
 
+    def random_split(self, units: int, n_shares: int) -> List[np.ndarray]:
+        """Positions ``0 .. units-1`` split at random into ``n_shares`` shares whose sizes differ by at most
+        one: the split of a plan that is not balanced (seeded by (seed, round))."""
+        return np.array_split(self._rng.permutation(units), n_shares)
+
     def unit_costs(self, lengths: Tensor) -> np.ndarray:
         """Workload per unit from its rows' token counts (units x rows)."""
         lengths = lengths.to(torch.int64).numpy()
@@ -110,7 +115,7 @@ class BalancePlanner:
             parts = [np.asarray(p, dtype=np.int64) for p in get_seqlen_balanced_partitions(
                 costs, n_shares, equal_size=True, method=self.method)]
         else:
-            parts = np.array_split(self._rng.permutation(pool.numel()), n_shares)
+            parts = self.random_split(pool.numel(), n_shares)
         self._record(consumer, costs, parts, metrics, balanced)
         return [pool[torch.from_numpy(p.astype(np.int64))] for p in parts]
 

@@ -16,7 +16,7 @@ Upstream's pull API (a Ray actor that ranks call, ``get_experience``) lives in
 ``mindspeed_rl.compat.transfer_dock``; ``TransferDock`` and ``GRPOTransferDock``
 still import from this module.
 """
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -25,6 +25,7 @@ from mindspeed_rl.trainer.utils.balance_plan import BalancePlanner
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, FlatRows, LengthStore
 from mindspeed_rl.trainer.utils.row_lists import column_parts, trans_input_to_experience  # noqa: F401  (upstream's name)
 from mindspeed_rl.utils.metrics import Metric
+from mindspeed_rl.utils.rollout_queue import PromptLengths
 
 if TYPE_CHECKING:
     from mindspeed_rl.trainer.stage_runner import StageGroup
@@ -33,6 +34,14 @@ if TYPE_CHECKING:
 PROMPT_COLUMNS = ("prompts", "prompt_length")
 # columns of one number per row (a length), each kept as one int64 tensor (LengthStore) for vectorised sums
 LENGTH_COLUMNS = ("prompt_length", "response_length", "input_ids_length")
+
+
+class QueueRound(NamedTuple):
+    """A queued stage's round as its queue loads it (``DriverDock.queue_round``)."""
+    order: List[int]      # row ids in queue order
+    batch: ColumnBatch    # their inputs, in that order
+    groups: List[int]     # each row's GRPO group
+    prior: List[float]    # its group's expected response length (NaN: unknown)
 
 
 def group_rows(groups, n: int) -> Tensor:
@@ -84,6 +93,7 @@ class DriverDock:
         self.planner = BalancePlanner(objective=balance_objective, workload_model=workload_model,
                                       method=balance_method, seed=seed)
         self.seed = seed
+        self.prompt_lengths = PromptLengths()  # across rounds: the rollout queue's prior
         self.round = 0
         self._empty()
         self._new_round()
@@ -226,6 +236,9 @@ class DriverDock:
         if name in self._stage_plans:
             return self._stage_plans[name]
         stage = self._stage_plan(name)
+        if stage.queued:
+            raise ValueError(f"plan_stage('{name}'): the stage is served from a queue (queue_round), it has no "
+                             f"plan; rl_config.guarantee_order=true binds its rows to DP ranks")
         dp = self.run_plan.layout_of(stage.role).dp
         n_rows, full = self._round_rows(), stage.planned_rows * dp
         if n_rows > full or n_rows < dp * stage.shares_per_rank:
@@ -276,6 +289,74 @@ class DriverDock:
         (its shares concatenated, in order; one buffer per column through Ray)."""
         plan = self._group_plan(group)  # planning checked that every input of every row is there
         return [plan] + [self._gather(group.inputs, _rows_of(shares)) for shares in plan]
+
+    # ------------------------------------------------------------ a queued stage (rollout)
+
+    def queue_round(self, group: "StageGroup") -> "QueueRound":
+        """The queued stage of ``group`` as its queue loads it: every row of the round in queue order (rows
+        0 .. n-1), their inputs in that order, each row's GRPO group and the group's expected response length
+        (its prompt's mean in the last round it came in, ``PromptLengths``; NaN: never seen)."""
+        if len(group.names) != 1:
+            raise ValueError(f"queue_round: a queued stage runs alone, got {list(group.names)}")
+        stage = self._stage_plan(group.names[0])
+        if not stage.queued:
+            raise ValueError(f"queue_round: stage '{stage.name}' is planned, not queued")
+        order = torch.arange(self._round_rows())
+        self._require(list(dict.fromkeys(stage.inputs + stage.cost_columns)), order, f"stage '{stage.name}'")
+        n = self.n_samples_per_prompt
+        firsts = order[::n]
+        prior = self.prompt_lengths.expect(self.experience_data["prompts"].views(firsts))
+        groups = order // n
+        return QueueRound(order.tolist(), self._gather(group.inputs, order), groups.tolist(),
+                          prior[groups.numpy()].tolist())
+
+    def put_queued(self, group: "StageGroup", order: Sequence[int], made: Sequence[Tuple[Sequence[int], object]]):
+        """Write what the consumers of a queued stage made: ``made[k]`` = (row ids, output columns in that
+        order) of consumer k. Together the rows must be ``order`` exactly once each; every check runs before
+        anything is written."""
+        name = f"put_queued({group.name!r})"
+        rows = [torch.as_tensor(list(r), dtype=torch.int64) for r, _ in made]
+        every = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
+        owner = torch.cat([torch.full((r.numel(),), k) for k, r in enumerate(rows)]) if rows else every
+        ranked, index = every.sort()
+        twice = (ranked[1:] == ranked[:-1]).nonzero()
+        if twice.numel():
+            i = int(twice[0, 0])
+            raise ValueError(f"{name}: row {int(ranked[i])} was made by consumers {int(owner[index[i]])} and "
+                             f"{int(owner[index[i + 1]])}")
+        want = torch.as_tensor(list(order), dtype=torch.int64).sort().values
+        if not torch.equal(ranked, want):
+            missing = want[~torch.isin(want, ranked)].tolist()
+            extra = ranked[~torch.isin(ranked, want)].tolist()
+            raise ValueError(f"{name}: the consumers' rows do not cover the round: missing {missing[:16]}, "
+                             f"not in the round {extra[:16]}")
+        expected, checked = sorted(group.outputs), []
+        for consumer, ((_, out), mine) in enumerate(zip(made, rows)):
+            if not mine.numel():
+                continue
+            columns, parts = self._as_flat(out)
+            if sorted(columns) != expected:
+                raise ValueError(f"{name}: consumer {consumer} gave columns {columns}, the stage writes {expected}")
+            try:
+                self._checked_put(columns, parts, self._check_indexes(mine, f"consumer {consumer}"))
+            except ValueError as err:
+                raise ValueError(f"{name}: consumer {consumer}: {err}") from err
+            checked.append((columns, parts, mine))
+        for part in checked:  # every consumer checked before anything is written
+            self._write(*part)
+        self._remember_lengths(want)
+
+    def _remember_lengths(self, rows: Tensor) -> None:
+        """Each group's mean response length among ``rows`` (whole groups), for the next rounds' queue order."""
+        n = self.n_samples_per_prompt
+        groups = torch.unique(rows // n)
+        members = group_rows(groups, n)
+        lengths = self.experience_lengths["response_length"][members].double().view(-1, n).mean(dim=1)
+        self.prompt_lengths.update(self.experience_data["prompts"].views(groups * n), lengths.tolist())
+
+    def record_plan(self, plan: dict) -> None:
+        """Keep a plan made outside the planner (a queued stage's served rows and times) for the round's report."""
+        self.planner.history.append(plan)
 
     def put_stage(self, group: "StageGroup", *outputs) -> None:
         """Write the results of ``group``'s stages: ``outputs[r]`` holds DP rank

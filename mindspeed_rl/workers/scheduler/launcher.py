@@ -14,6 +14,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from mindspeed_rl.compat.workers import UpstreamGroupIO
 from mindspeed_rl.utils.error_cause import cause as root_cause_text
+from mindspeed_rl.utils.rollout_queue import RolloutQueue
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.parallel_state import ParallelState
 
@@ -150,6 +151,7 @@ class RayActorGroup(UpstreamGroupIO):
         self.states = [ParallelState.from_layout(rank, run_plan.layout) for rank in range(self.world_size)]
         self.stage_timeout = stage_timeout if stage_timeout is not None else run_plan.timeouts.stage_deadline
         self.actors, self.pids = [], []
+        self.queue, self.rounds = None, 0  # the rollout queue's actor (trainer.stage_runner: queued stages)
         accel = _accelerator()
         cpus = num_cpus_per_worker if num_cpus_per_worker is not None else (1 if accel else 0.5)
         bundle = {"CPU": cpus, **({accel: 1} if accel else {})}
@@ -257,6 +259,29 @@ class RayActorGroup(UpstreamGroupIO):
                               for actor, state in zip(self.actors, self.states)], group.name)
         return [m for m, _ in replies], [out for (_, out), state in zip(replies, self.states) if state.tp_rank == 0]
 
+    def _rollout_queue(self):
+        """This group's RolloutQueue actor (made on first use, ended with the group)."""
+        if self.queue is None:
+            self.queue = ray.remote(num_cpus=0)(RolloutQueue).remote()
+        return self.queue
+
+    def run_queued_stage(self, group, queued, **context) -> Tuple[List[Dict[str, float]], list]:
+        """Serve the queued stage of ``group`` (trainer.stage_runner.StageGroup, one stage) on the round
+        ``queued`` (trainer.utils.transfer_dock.QueueRound): its rows go into this group's queue, their inputs
+        into Ray's object store once, and every rank takes rows until the queue is drained. Returns every
+        rank's metrics and, per consumer that returns rows, (output columns, trace)."""
+        stage = self.run_plan.stages[group.names[0]]
+        chunk, cap = self.run_plan.rollout_takes(stage)
+        queue = self._rollout_queue()
+        self.rounds += 1
+        key = self.rounds
+        ray.get(queue.load.remote(key, len(queued.order), self.run_plan.rollout_consumers, chunk, cap,
+                                  queued.groups, queued.prior), timeout=self.stage_timeout)
+        shared = ray.put(queued.batch)
+        replies = self._wait([actor.run_queued_stage.remote(group, queued.order, shared, queue, key, **context)
+                              for actor in self.actors], group.name)
+        return [m for m, _, _ in replies], [(out, trace) for _, out, trace in replies if out is not None]
+
     def initialize(self, *args):
         return self.execute_sync_command("initialize", *args)
 
@@ -276,6 +301,12 @@ class RayActorGroup(UpstreamGroupIO):
             except Exception:  # already gone
                 pass
         self.actors = []
+        if self.queue is not None:
+            try:
+                ray.kill(self.queue, no_restart=True)
+            except Exception:  # already gone
+                pass
+            self.queue = None
         if self.placement_group is not None:
             remove_placement_group(self.placement_group)
             self.placement_group = None

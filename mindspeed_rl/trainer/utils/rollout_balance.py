@@ -1,0 +1,79 @@
+"""The rollout queue's balance figures for one round, from what its consumers measured.
+
+Each consumer reports its busy seconds, the rows it made with their latencies, and its engine's trace records.
+From them: the imbalance over the engines (slowest busy time / mean - 1), the bound (max of the mean busy time
+and the longest row; no split of the round ends earlier) and the distance to it; and, replayed through the step
+cost fitted to the same records (utils/rollout_cost.py), what the static split (a seeded random split into fixed
+shares, ``rl_config.guarantee_order``) would have taken on the same rows, next to the replayed queue (how close
+the replay comes to the measured round).
+"""
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from mindspeed_rl.utils.rollout_cost import CHUNKS, CONTINUOUS, balance_bound, fit_step_cost, simulate_queue, \
+    simulate_static
+from mindspeed_rl.utils.seqlen_balancing import balance_key, imbalance
+
+
+def static_calls(split: Sequence[Sequence[int]], engines: int) -> List[List[List[int]]]:
+    """The static split's generate calls per engine: share s is one call on engine s % ``engines``."""
+    calls: List[List[List[int]]] = [[] for _ in range(engines)]
+    for s, share in enumerate(split):
+        calls[s % engines].append([int(r) for r in share])
+    return calls
+
+
+def queue_figures(name: str, order: Sequence[int], prompt_lengths, response_lengths, traces: Sequence[dict],
+                  consumers: int, chunk, take_cap, max_num_seqs: int, static_split: Sequence[Sequence[int]],
+                  groups=None, prior=None) -> Tuple[Dict[str, float], dict]:
+    """(metrics, balance plan record) of one queued round. ``traces``: per consumer that returned rows,
+    ``consumer``, ``rows``, ``busy``, ``latency`` (per row) and ``trace`` records; ``chunk``: rows per
+    generate (transformers) or None (continuous batching of at most ``max_num_seqs`` rows, takes of at most
+    ``take_cap``); ``static_split``: the rows of each share of the static split."""
+    busy, rows = np.zeros(consumers), np.zeros(consumers, dtype=np.int64)
+    latency, records = [], []
+    for t in traces:
+        c = int(t["consumer"])
+        busy[c], rows[c] = float(t["busy"]), len(t["rows"])
+        latency += [float(x) for x in t["latency"]]
+        records.append(np.asarray(t["trace"], dtype=np.float64).reshape(-1, 4))
+    stage, bound = float(busy.max()), balance_bound(busy, latency)
+    key = lambda stat: balance_key(name, stat)  # noqa: E731
+    metrics = {key("rank_imbalance"): imbalance(busy), key("stage_s"): stage, key("bound_s"): bound,
+               key("bound_gap"): stage / bound - 1.0 if bound > 0 else 0.0}
+    for c in range(consumers):
+        metrics[key(f"rank{c}")] = float(busy[c])
+        metrics[key(f"rows/rank{c}")] = float(rows[c])
+    plan = {"consumer": name, "objective": "seconds", "balanced": True, "served": "queue",
+            "loads": busy.tolist(), "random_loads": busy.tolist(), "sizes": rows.tolist()}
+    records = np.concatenate(records) if records else np.zeros((0, 4))
+    if not len(records) or not (records[:, 3] > 0).any():
+        return metrics, plan  # nothing timed: no replay
+    cost = fit_step_cost(records)
+    mode = CHUNKS if chunk else CONTINUOUS
+    static = simulate_static(prompt_lengths, response_lengths, static_calls(static_split, consumers), cost, mode,
+                             cap=max_num_seqs)
+    replay = simulate_queue(prompt_lengths, response_lengths, order, consumers, cost, mode, cap=max_num_seqs,
+                            chunk=chunk, take_cap=take_cap, groups=groups, prior=prior)
+    metrics.update({key("static_s"): static.stage, key("static_gain"): static.stage / stage if stage > 0 else 1.0,
+                    key("replay_s"): replay.stage, key("replay_error"): replay.stage / stage - 1.0 if stage else 0.0,
+                    key("cost_per_step_ms"): cost.per_step * 1e3, key("cost_per_seq_ms"): cost.per_seq * 1e3,
+                    key("cost_per_prefill_token_ms"): cost.per_prefill_token * 1e3})
+    plan["random_loads"] = static.busy.tolist()
+    return metrics, plan
+
+
+def rollout_figures(dock, stage, queued, traces: Sequence[dict]) -> Tuple[Dict[str, float], dict]:
+    """``queue_figures`` of the dock's round ``queued`` (a QueueRound, after the rollout's put): its lengths,
+    the run plan's queue settings and the static split the dock's planner draws for this round."""
+    plan, order = dock.run_plan, queued.order
+    chunk, take_cap = plan.rollout_takes(stage)
+    n = len(order)
+    consumers = plan.rollout_consumers
+    n_shares = max(1, n // stage.rows_per_share)
+    split = [np.asarray(order)[s] for s in dock.planner.random_split(n, n_shares)]
+    prompt = dock.experience_lengths["prompt_length"][:n].numpy()
+    response = dock.experience_lengths["response_length"][:n].numpy()
+    return queue_figures(stage.name, order, prompt, response, traces, consumers, chunk, take_cap,
+                         plan.worker.rollout.max_num_seqs, split, queued.groups, queued.prior)

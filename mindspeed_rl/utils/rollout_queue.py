@@ -1,0 +1,248 @@
+"""The rollout queue: one round's rows handed out to the rollout engines as they ask.
+
+Pure bookkeeping (no Ray, no torch.distributed): the launcher hosts one ``RolloutQueue`` in a small Ray actor,
+the cost replay (utils/rollout_cost.py) and tests hold one in-process. The round is a list of rows in load
+order; a take is a list of positions in that order, so the rows' inputs travel once (every consumer reads its
+rows from the round's one batch) and the queue moves only integers.
+
+Two ways to hand rows out:
+
+- ``chunk`` (transformers generate, one batch per take): chunk k is always positions
+  ``k * chunk .. (k + 1) * chunk - 1``, whoever takes it, so a chunk's sampling does not depend on timing;
+- continuous (vLLM, requests join the running engine between steps): a take is at most ``want`` rows (the
+  engine's free slots), a fair share ``ceil(left / consumers)`` and ``cap``, chosen longest-expected first:
+  first one row of every group that has none out yet (a probe: its length is the evidence for its group),
+  then the rows of the groups expected to be longest. A group's expectation is the longest length seen among
+  its rows (tokens made so far by a running row, the final length of a finished one, as consumers report with
+  their takes) or its ``prior`` (e.g. the prompt's length in an earlier round); unknown groups rank at the
+  mean of the known ones. A consumer's first take, while ``k`` consumers have not started, is every k-th of
+  the top ``k * n`` rows, so the first wave is dealt round-robin, not the longest rows to the first to ask.
+
+A take is keyed by ``(consumer, seq)``: asking again with the same key returns the same rows. Tensor-parallel
+peers that must generate together (a TP-sharded model's generate is a collective) ask as one consumer and so
+get the same rows in the same order; a repeated request after a lost reply is answered, not served twice.
+"""
+import math
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+
+def _positive(name: str, value, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"rollout queue: {name} must be a positive int{' or None' if optional else ''}, "
+                         f"got {value!r}")
+
+
+class RolloutQueue:
+    def __init__(self):
+        self.key = None
+        self.rows, self.consumers = 0, 1
+        self.chunk: Optional[int] = None
+        self.cap: Optional[int] = None
+        self.left = 0
+        self._takes: Dict[Tuple[int, int], List[int]] = {}
+        self._next: Dict[int, int] = {}
+
+    def load(self, key, rows: int, consumers: int, chunk: Optional[int] = None, cap: Optional[int] = None,
+             groups: Optional[Sequence[int]] = None, prior: Optional[Sequence[float]] = None) -> int:
+        """Start round ``key`` of ``rows`` rows (positions 0 .. rows-1) for ``consumers`` consumers; the last
+        round is forgotten. ``chunk``: fixed chunks of that many rows; else continuous takes of at most ``cap``
+        rows, longest expected first: ``groups[p]`` is position p's group (default: one group per row),
+        ``prior[p]`` its group's expected length (NaN: unknown)."""
+        _positive("rows", rows)
+        _positive("consumers", consumers)
+        _positive("chunk", chunk, optional=True)
+        _positive("cap", cap, optional=True)
+        groups = np.arange(rows) if groups is None else np.asarray(groups, dtype=np.int64).reshape(-1)
+        prior = np.full(rows, np.nan) if prior is None else np.asarray(prior, dtype=np.float64).reshape(-1)
+        for name, values in (("groups", groups), ("prior", prior)):
+            if values.size != rows:
+                raise ValueError(f"rollout queue: {name} has {values.size} entries for {rows} rows")
+        if groups.size and groups.min() < 0:
+            raise ValueError("rollout queue: group ids must be >= 0")
+        self.key, self.rows, self.consumers, self.chunk, self.cap = key, rows, consumers, chunk, cap
+        self.left = rows
+        self._takes, self._next = {}, {}
+        # groups renumbered 0 .. G-1 in order of first appearance; each keeps its untaken positions in order
+        _, first, self._group = np.unique(groups, return_index=True, return_inverse=True)
+        rank = np.argsort(np.argsort(first))
+        self._group = rank[self._group.reshape(-1)]
+        self._members: List[List[int]] = [[] for _ in range(first.size)]
+        for position, g in enumerate(self._group.tolist()):
+            self._members[g].append(position)
+        self._prior = np.full(first.size, np.nan)
+        known = ~np.isnan(prior)
+        if known.any():
+            self._prior[self._group[known]] = prior[known]
+        self._seen = np.full(first.size, np.nan)      # longest length reported for a row of the group
+        self._out = np.zeros(first.size, dtype=bool)  # a row of the group was handed out
+        return rows
+
+    # ------------------------------------------------------------ taking
+
+    def take(self, key, consumer: int, seq: int, want: int,
+             progress: Optional[Sequence[Tuple[int, int]]] = None) -> List[int]:
+        """Positions for ``consumer``'s ``seq``-th take of round ``key`` (``want``: the engine's free slots; a
+        chunked queue hands whole chunks whatever ``want`` is). ``progress``: (position, tokens) of rows the
+        consumer runs or finished, the evidence for their groups. Empty once the queue is drained."""
+        if key != self.key:
+            raise ValueError(f"rollout queue: a take for round {key!r}, but the queue holds round {self.key!r}")
+        if isinstance(consumer, bool) or not 0 <= consumer < self.consumers:
+            raise ValueError(f"rollout queue: consumer {consumer!r} is outside [0, {self.consumers})")
+        memo = self._takes.get((consumer, seq))
+        if memo is not None:
+            return memo
+        if seq != self._next.get(consumer, 0):
+            raise ValueError(f"rollout queue: consumer {consumer} asked for take {seq}, expected take "
+                             f"{self._next.get(consumer, 0)}")
+        self.report(progress)
+        if self.chunk is not None:
+            start = self.rows - self.left
+            rows = list(range(start, start + min(self.chunk, self.left)))
+        else:
+            n = min(max(int(want), 1), math.ceil(self.left / self.consumers), self.cap or self.left)
+            waiting = self.consumers - len(self._next)  # consumers that have not taken yet, this one included
+            k = waiting if consumer not in self._next and waiting > 1 else 1
+            rows = self._best(k * n)[::k][:n]
+        self._remove(rows)
+        self._takes[(consumer, seq)] = rows
+        self._next[consumer] = seq + 1
+        return rows
+
+    def report(self, progress: Optional[Sequence[Tuple[int, int]]]) -> None:
+        """Evidence: row ``position`` has made ``tokens`` tokens (so far, or in all)."""
+        if not progress:
+            return
+        data = np.asarray(progress, dtype=np.float64).reshape(-1, 2)
+        positions = data[:, 0].astype(np.int64)
+        if positions.min() < 0 or positions.max() >= self.rows:
+            bad = int(positions[(positions < 0) | (positions >= self.rows)][0])
+            raise ValueError(f"rollout queue: progress names position {bad}, outside [0, {self.rows})")
+        groups = self._group[positions]
+        seen = np.where(np.isnan(self._seen), -np.inf, self._seen)
+        np.maximum.at(seen, groups, data[:, 1])
+        self._seen = np.where(np.isinf(seen), np.nan, seen)
+
+    def expected(self) -> np.ndarray:
+        """Each group's expected length: the longest seen, else its prior, else the mean of the known ones."""
+        est = np.fmax(self._seen, self._prior)
+        known = ~np.isnan(est)
+        return np.where(known, est, est[known].mean() if known.any() else 0.0)
+
+    def _best(self, count: int) -> List[int]:
+        """The ``count`` untaken positions to hand out first: a probe of every group with none out (longest
+        expected first), then the rest of the groups, longest expected first (ties: load order)."""
+        est = self.expected()
+        ranked = np.lexsort((np.arange(est.size), -est))
+        out: List[int] = []
+        for g in ranked[~self._out[ranked]].tolist():
+            if len(out) >= count:
+                return out
+            if self._members[g]:
+                out.append(self._members[g][0])
+        taken = set(out)
+        for g in ranked.tolist():
+            for position in self._members[g]:
+                if len(out) >= count:
+                    return out
+                if position not in taken:
+                    out.append(position)
+        return out
+
+    def _remove(self, rows: List[int]) -> None:
+        for position in rows:
+            g = int(self._group[position])
+            self._members[g].remove(position)
+            self._out[g] = True
+        self.left -= len(rows)
+
+    def taken(self) -> Dict[int, List[int]]:
+        """Each consumer's positions so far, in the order taken."""
+        out: Dict[int, List[int]] = {}
+        for (consumer, _), rows in sorted(self._takes.items()):
+            out.setdefault(consumer, []).extend(rows)
+        return out
+
+
+class Rows(NamedTuple):
+    positions: List[int]
+    ids: List[int]
+    inputs: Dict[str, list]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def rows_of(positions: List[int], order, inputs: Dict[str, list], source) -> Rows:
+    """The rows at ``positions`` of the queue order: their ids and their inputs; an empty take marks
+    ``source`` drained."""
+    if not positions:
+        source.drained = True
+    return Rows(list(positions), [int(order[p]) for p in positions],
+                {c: [v[p] for p in positions] for c, v in inputs.items()})
+
+
+class LocalSource:
+    """A consumer's end of a queue in this process (a worker's is ``workers.rollout_source.RaySource``):
+    ``request(want, progress)`` asks for rows (``progress``: a callable giving the (position, tokens) evidence,
+    called only when a request goes out), ``poll(block)`` returns the answer's ``Rows`` (None while none is
+    ready, empty once the queue is drained)."""
+
+    def __init__(self, queue: RolloutQueue, consumer: int, order, inputs: Dict[str, list]):
+        self.queue, self.consumer, self.order, self.inputs = queue, consumer, order, inputs
+        self.seq, self.drained = 0, False
+        self._asked: Optional[tuple] = None
+
+    @property
+    def waiting(self) -> bool:
+        """A request is out and not yet read."""
+        return self._asked is not None
+
+    def request(self, want: int, progress=None) -> None:
+        if self._asked is None and not self.drained and want > 0:
+            self._asked = (int(want), progress() if progress else None)
+
+    def poll(self, block: bool = False):
+        if self._asked is None:
+            if not block or self.drained:
+                return None
+            self._asked = (1, None)
+        want, progress = self._asked
+        positions = self.queue.take(self.queue.key, self.consumer, self.seq, want, progress)
+        self.seq, self._asked = self.seq + 1, None
+        return rows_of(positions, self.order, self.inputs, self)
+
+
+class PromptLengths:
+    """Each prompt's mean response length in the last round it was rolled out in (keyed by its tokens), the
+    queue's prior for the next time the prompt comes (an earlier epoch's lengths, longest first). Holds at
+    most ``limit`` prompts (the oldest are forgotten)."""
+
+    def __init__(self, limit: int = 1 << 20):
+        self.limit, self.lengths = limit, {}
+
+    @staticmethod
+    def key(prompt) -> bytes:
+        import hashlib
+        array = np.ascontiguousarray(np.asarray(prompt).reshape(-1).astype(np.int64))
+        return hashlib.blake2b(array.tobytes(), digest_size=12).digest()
+
+    def expect(self, prompts: Sequence) -> np.ndarray:
+        """Expected response length per prompt (NaN: never seen)."""
+        return np.array([self.lengths.get(self.key(p), np.nan) for p in prompts], dtype=np.float64)
+
+    def update(self, prompts: Sequence, response_lengths: Sequence[float]) -> None:
+        """Record a round: rows with the same prompt are averaged (a GRPO group's samples)."""
+        sums: Dict[bytes, list] = {}
+        for prompt, length in zip(prompts, response_lengths):
+            entry = sums.setdefault(self.key(prompt), [0.0, 0])
+            entry[0] += float(length)
+            entry[1] += 1
+        for key, (total, count) in sums.items():
+            self.lengths.pop(key, None)  # re-inserted: the newest last
+            self.lengths[key] = total / count
+        while len(self.lengths) > self.limit:
+            self.lengths.pop(next(iter(self.lengths)))

@@ -1,0 +1,52 @@
+"""A rank's end of the rollout queue: takes through the queue's Ray actor, rows read from the round's batch.
+
+At most one take is in flight; ``poll(block=False)`` looks at it without waiting (between engine steps),
+``poll(block=True)`` waits for it, never past the stage deadline."""
+import time
+from typing import Optional
+
+import ray
+
+from mindspeed_rl.utils.rollout_queue import rows_of
+
+
+class QueueTimeoutError(TimeoutError):
+    """The queue did not answer a take before the stage deadline."""
+
+
+class RaySource:
+    def __init__(self, queue, key, consumer: int, order, inputs, deadline: float, clock=time.monotonic):
+        """``queue``: the RolloutQueue actor; ``key``: its round; ``order``: row ids in queue order;
+        ``inputs``: the round's input columns in that order (column -> rows); ``deadline``: ``clock()`` time."""
+        self.queue, self.key, self.consumer = queue, key, consumer
+        self.order, self.inputs, self.deadline, self.clock = order, inputs, deadline, clock
+        self.seq, self.drained = 0, False
+        self._ref: Optional[ray.ObjectRef] = None
+
+    @property
+    def waiting(self) -> bool:
+        """A take is in flight."""
+        return self._ref is not None
+
+    def request(self, want: int, progress=None) -> None:
+        """Ask for at most ``want`` rows (``progress``: a callable giving the (position, tokens) evidence,
+        called only when a take goes out); nothing while a take is in flight or once drained."""
+        if self._ref is None and not self.drained and want > 0:
+            self._ref = self.queue.take.remote(self.key, self.consumer, self.seq, int(want),
+                                               progress() if progress else None)
+
+    def poll(self, block: bool = False):
+        if self._ref is None:
+            if not block or self.drained:
+                return None
+            self.request(1)
+        if not block and not ray.wait([self._ref], timeout=0)[0]:
+            return None
+        left = self.deadline - self.clock()
+        try:
+            positions = ray.get(self._ref, timeout=max(left, 0.0))
+        except ray.exceptions.GetTimeoutError:
+            raise QueueTimeoutError(f"rollout queue: consumer {self.consumer} got no answer to take {self.seq} "
+                                    f"of round {self.key} before the stage deadline") from None
+        self._ref, self.seq = None, self.seq + 1
+        return rows_of(positions, self.order, self.inputs, self)
