@@ -213,6 +213,11 @@ class RunPlan:
             return None, stage.rows_per_share
         return stage.rows_per_share, None
 
+    def _queue_summary(self, stage: "StagePlan") -> str:
+        chunk, cap = self.rollout_takes(stage)
+        takes = f"chunks of {chunk} rows" if chunk else f"takes of at most {cap} rows"
+        return f"one queue of {self.rows_per_round} rows over {self.rollout_consumers} engine(s), {takes}"
+
     def layout_of(self, role: str) -> Layout:
         """The layout of the worker group that runs ``role``'s stages ('actor' and 'ref' share one)."""
         if role in ("actor", "ref"):
@@ -262,10 +267,8 @@ class RunPlan:
         return self.stages[name]
 
     def summary(self) -> str:
-        parts = [f"{s.name}: " + (f"one queue of {self.rows_per_round} rows over {self.rollout_consumers} "
-                                  f"engine(s), at most {s.rows_per_share} rows a take" if s.queued else
-                                  f"{s.shares_per_rank} x {s.rows_per_share} rows/rank"
-                                  f"{' balanced' if s.balanced else ''}") for s in self.dp_stages]
+        parts = [f"{s.name}: " + (self._queue_summary(s) if s.queued else f"{s.shares_per_rank} x {s.rows_per_share} "
+                                  f"rows/rank{' balanced' if s.balanced else ''}") for s in self.dp_stages]
         critic = self.critic.layout if self.critic is not None else None
         return (f"layout DP={self.layout.dp} TP={self.layout.tp} ({self.layout.world_size} workers, "
                 f"{self.layout.engine} engine); "

@@ -10,13 +10,14 @@ Two ways to hand rows out:
 - ``chunk`` (transformers generate, one batch per take): chunk k is always positions
   ``k * chunk .. (k + 1) * chunk - 1``, whoever takes it, so a chunk's sampling does not depend on timing;
 - continuous (vLLM, requests join the running engine between steps): a take is at most ``want`` rows (the
-  engine's free slots), a fair share ``ceil(left / consumers)`` and ``cap``, chosen longest-expected first:
+  engine's free slots), a fair share of what is left and ``cap``, chosen longest-expected first:
   first one row of every group that has none out yet (a probe: its length is the evidence for its group),
   then the rows of the groups expected to be longest. A group's expectation is the longest length seen among
   its rows (tokens made so far by a running row, the final length of a finished one, as consumers report with
   their takes) or its ``prior`` (e.g. the prompt's length in an earlier round); unknown groups rank at the
-  mean of the known ones. A consumer's first take, while ``k`` consumers have not started, is every k-th of
-  the top ``k * n`` rows, so the first wave is dealt round-robin, not the longest rows to the first to ask.
+  mean of the known ones. The fair share is ``ceil(left / consumers)``, and for a consumer's first take, while
+  ``k`` consumers (it included) have not started, ``ceil(left / k)``, taken as every k-th of the top ``k * n``
+  rows: the first wave is dealt round-robin, not the longest rows to the first to ask.
 
 A take is keyed by ``(consumer, seq)``: asking again with the same key returns the same rows. Tensor-parallel
 peers that must generate together (a TP-sharded model's generate is a collective) ask as one consumer and so
@@ -103,10 +104,10 @@ class RolloutQueue:
             start = self.rows - self.left
             rows = list(range(start, start + min(self.chunk, self.left)))
         else:
-            n = min(max(int(want), 1), math.ceil(self.left / self.consumers), self.cap or self.left)
-            waiting = self.consumers - len(self._next)  # consumers that have not taken yet, this one included
-            k = waiting if consumer not in self._next and waiting > 1 else 1
-            rows = self._best(k * n)[::k][:n]
+            # a first take shares what is left with the consumers that have not started (this one included)
+            sharing = self.consumers - len(self._next) if consumer not in self._next else self.consumers
+            n = min(max(int(want), 1), math.ceil(self.left / sharing), self.cap or self.left)
+            rows = self._best(sharing * n)[::sharing][:n] if consumer not in self._next else self._best(n)
         self._remove(rows)
         self._takes[(consumer, seq)] = rows
         self._next[consumer] = seq + 1

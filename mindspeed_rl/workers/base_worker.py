@@ -15,6 +15,7 @@ from mindspeed_rl.config_cls.base_config import BaseConfig
 from mindspeed_rl.models.device import get_device, get_dist_backend
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch, cpu_batch
 from mindspeed_rl.workers.parallel_state import ParallelState
+from mindspeed_rl.utils.rollout_queue import LocalSource
 from mindspeed_rl.workers.rollout_source import RaySource
 
 
@@ -103,7 +104,8 @@ class BaseWorker(UpstreamWorkerIO):
 
     def run_queued_stage(self, group, order: List[int], batch, queue, key, **context):
         """Run the queued stage of ``group`` (one stage) on the rows this rank takes from ``queue`` (round
-        ``key``): ``order`` is the round's row ids in queue order, ``batch`` their inputs in that order.
+        ``key``; the RolloutQueue actor, or a RolloutQueue in this process): ``order`` is the round's row ids in
+        queue order, ``batch`` their inputs in that order.
         Returns (metrics, output columns, trace) with the row ids in the trace; a mirroring TP peer returns
         (metrics, None, None)."""
         if len(group.names) != 1:
@@ -113,8 +115,12 @@ class BaseWorker(UpstreamWorkerIO):
             raise ValueError(f"rank {self.rank}: the run plan has no queued stage '{group.names[0]}'")
         batch = batch if isinstance(batch, ColumnBatch) else ColumnBatch(batch)
         consumer, returns = self.rollout_consumer()
-        source = RaySource(queue, key, consumer, order, {c: batch[c] for c in stage.inputs},
-                           deadline=time.monotonic() + self.run_plan.timeouts.stage_deadline)
+        inputs = {c: batch[c] for c in stage.inputs}
+        if isinstance(queue, ray.actor.ActorHandle):
+            source = RaySource(queue, key, consumer, order, inputs,
+                               deadline=time.monotonic() + self.run_plan.timeouts.stage_deadline)
+        else:  # a queue in this process (tests, a single-process driver)
+            source = LocalSource(queue, consumer, order, inputs)
         metrics, output, trace = getattr(self, stage.stage.queue_method)(source, **context)
         if not returns:
             return metrics, None, None

@@ -334,13 +334,13 @@ class DriverDock:
         for consumer, ((_, out), mine) in enumerate(zip(made, rows)):
             if not mine.numel():
                 continue
-            columns, parts = self._as_flat(out)
-            if sorted(columns) != expected:
-                raise ValueError(f"{name}: consumer {consumer} gave columns {columns}, the stage writes {expected}")
             try:
-                self._checked_put(columns, parts, self._check_indexes(mine, f"consumer {consumer}"))
+                columns, parts = self._as_flat(out)
+                if sorted(columns) != expected:
+                    raise ValueError(f"gave columns {columns}, the stage writes {expected}")
+                self._checked_put(columns, parts, self._check_indexes(mine, "put experience"))
             except ValueError as err:
-                raise ValueError(f"{name}: consumer {consumer}: {err}") from err
+                raise ValueError(f"{name}: consumer {consumer}: {err}") from None
             checked.append((columns, parts, mine))
         for part in checked:  # every consumer checked before anything is written
             self._write(*part)

@@ -7,6 +7,7 @@ import pytest
 
 from mindspeed_rl.config_cls import GenerateConfig, MegatronConfig, RLConfig
 from mindspeed_rl.config_cls import stages as table
+from mindspeed_rl.config_cls.rollout_spec import vllm_version
 from mindspeed_rl.config_cls.run_plan import (GroupFilterSpec, Layout, OverlongSpec, PlanError, RunPlan, StagePlan,
                                               build_run_plan)
 
@@ -399,7 +400,7 @@ def test_critic_batch_checks_name_the_critic():
 
 def test_critic_group_has_its_own_layout_and_plan():
     plan = _plan({"critic_resource": {"num_npus": 4}, "use_dp_batch_balance": True, "init_kl_coef": 0.0},
-                 critic={"tensor_model_parallel_size": 2}, ppo=True)
+                 critic={"tensor_model_parallel_size": 2}, gen={"rollout_backend": "hf"}, ppo=True)
     assert plan.roles == ("actor", "critic")
     assert plan.critic.layout == Layout(world_size=4, dp=2, tp=2, engine="tp")
     assert plan.layout_of("critic") is plan.critic.layout
@@ -409,8 +410,8 @@ def test_critic_group_has_its_own_layout_and_plan():
     assert plan.for_group("actor") is plan and plan.for_group("ref") is plan
     assert plan.summary() == (
         "layout DP=2 TP=1 (2 workers, ddp engine); critic DP=2 TP=2 (4 workers, tp engine); 32 rows per round; "
-        "actor_rollout: 1 x 16 rows/rank; actor_log_prob: 1 x 16 rows/rank balanced; "
-        "critic_compute_values: 1 x 16 rows/rank balanced; "
+        "actor_rollout: one queue of 32 rows over 2 engine(s), chunks of 16 rows; "
+        "actor_log_prob: 1 x 16 rows/rank balanced; critic_compute_values: 1 x 16 rows/rank balanced; "
         "critic_train: 2 x 8 rows/rank balanced; actor_train: 2 x 8 rows/rank balanced")
 
 
@@ -480,9 +481,16 @@ def test_a_stage_plan_without_a_table_row_is_a_dp_train_stage():
 
 
 def test_summary_of_a_grpo_plan():
-    assert _plan({"use_dp_batch_balance": False}).summary() == (
-        "layout DP=2 TP=1 (2 workers, ddp engine); 32 rows per round; actor_rollout: 1 x 16 rows/rank; "
-        "ref_log_prob: 1 x 16 rows/rank; actor_log_prob: 1 x 16 rows/rank; actor_train: 2 x 8 rows/rank")
+    assert _plan({"use_dp_batch_balance": False}, gen={"rollout_backend": "hf"}).summary() == (
+        "layout DP=2 TP=1 (2 workers, ddp engine); 32 rows per round; actor_rollout: one queue of 32 rows over "
+        "2 engine(s), chunks of 16 rows; ref_log_prob: 1 x 16 rows/rank; actor_log_prob: 1 x 16 rows/rank; "
+        "actor_train: 2 x 8 rows/rank")
+    vllm = _plan(gen={"rollout_backend": "vllm"}) if vllm_version() else None
+    if vllm is not None:  # continuous takes, capped by the dispatch size
+        assert vllm.summary().split("; ")[2] == ("actor_rollout: one queue of 32 rows over 2 engine(s), takes of at "
+                                                 "most 16 rows")
+    assert _plan({"use_dp_batch_balance": False, "guarantee_order": True}).summary().split("; ")[2] == \
+        "actor_rollout: 1 x 16 rows/rank"
 
 
 # ------------------------------------------------------------------ TP against the model's sizes

@@ -53,7 +53,7 @@ def _first_rows(monkeypatch):
 
 def test_refill_rollouts_are_seeded_by_the_data_position(local, monkeypatch):
     firsts = _first_rows(monkeypatch)
-    trainer, workers = _trainer()
+    trainer, workers = _trainer("rl_config.guarantee_order=true")  # fixed shares: the plan names the first rows
     plan = trainer.run_plan
     data = batches()
     trainer._data = data
@@ -64,7 +64,7 @@ def test_refill_rollouts_are_seeded_by_the_data_position(local, monkeypatch):
     assert sorted(seeds) == sorted(iw.rollout_seed(base, position, first)
                                    for position, shares in zip((1, 2), firsts) for first in shares)
     # a run resumed at data position 1 samples its first batch as the straight run's refill did
-    resumed, again = _trainer(data_position=1)
+    resumed, again = _trainer("rl_config.guarantee_order=true", data_position=1)
     data2 = batches(start=1)
     resumed._data = data2
     resumed.step(2, next(data2))
@@ -111,3 +111,16 @@ def test_the_filter_reads_its_verifiers_own_scores(local, monkeypatch):
         assert torch.equal(cols[FILTER_METRIC], raw)
         assert torch.allclose(cols["rm_scores"], 2.0 * raw + 0.5 + penalty)
     assert any(bool((c["response_length"] > 2).any()) for c in seen)  # a penalty applied
+
+
+def test_queued_refill_rollouts_are_seeded_by_the_data_position_and_each_chunks_first_row(local):
+    trainer, workers = _trainer()
+    plan = trainer.run_plan
+    data = batches()
+    trainer._data = data
+    trainer.step(1, next(data))  # 2 rollout batches: data positions 1 and 2
+    base = plan.worker.sampling.seed if plan.worker.sampling.seed is not None else plan.seed
+    chunk = plan.stages[ROLLOUT.name].rows_per_share
+    firsts = range(0, plan.rows_per_round, chunk)  # transformers generate: fixed chunks of the queue order
+    seeds = [s for w in workers for s in w.actor.seeds]
+    assert sorted(seeds) == sorted(iw.rollout_seed(base, position, first) for position in (1, 2) for first in firsts)

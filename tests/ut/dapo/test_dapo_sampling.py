@@ -4,6 +4,8 @@
 The reward makes every group whose label is even all-equal (1.0) and every odd
 group vary (the response length); the engine's response lengths follow the
 rollout seed, so refills sample afresh."""
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import mindspeed_rl.trainer.dapo_trainer_hybrid as dapo
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.stages import FILTER, REF, TRAIN
+from mindspeed_rl.utils.rollout_queue import RolloutQueue
 from mindspeed_rl.workers.parallel_state import ParallelState
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
@@ -50,17 +53,56 @@ class Reward:
         return scores
 
 
+class TurnQueue(RolloutQueue):
+    """A rollout queue whose consumers take in turns (0, 1, ..., 0, ...; a drained one leaves the turn): the
+    engines of an in-process group run in threads as if at the same speed, so who makes which row is fixed.
+    A repeated take (a TP peer's) is answered at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.turn, self.active, self.lock = 0, [], threading.Condition()
+
+    def load(self, *args, **kwargs):
+        out = super().load(*args, **kwargs)
+        self.turn, self.active = 0, list(range(self.consumers))
+        return out
+
+    def take(self, key, consumer, seq, want, progress=None):
+        with self.lock:
+            if (consumer, seq) in self._takes:
+                return super().take(key, consumer, seq, want, progress)
+            assert self.lock.wait_for(lambda: self.active[self.turn % len(self.active)] == consumer, timeout=60)
+            rows = super().take(key, consumer, seq, want, progress)
+            if rows:
+                self.turn += 1
+            else:
+                self.active.remove(consumer)
+            self.lock.notify_all()
+            return rows
+
+
 class Group:
     """The worker group in-process, as the launcher sends a stage group: each rank its DP rank's rows;
-    every rank's metrics and the TP sources' outputs."""
+    every rank's metrics and the TP sources' outputs. A queued stage runs every rank in a thread on a
+    TurnQueue."""
 
     def __init__(self, workers):
         self.workers = workers
+        self.queue = TurnQueue()
 
     def run_stage(self, group, plan, batches, **context):
         results = [w.run_stage(group, plan, batches[w.parallel_state.dp_rank], **context) for w in self.workers]
         return ([m for m, _ in results],
                 [out for w, (_, out) in zip(self.workers, results) if w.parallel_state.tp_rank == 0])
+
+    def run_queued_stage(self, group, queued, **context):
+        plan = self.workers[0].run_plan
+        chunk, cap = plan.rollout_takes(plan.stages[group.names[0]])
+        self.queue.load(1, len(queued.order), plan.rollout_consumers, chunk, cap, queued.groups, queued.prior)
+        with ThreadPoolExecutor(len(self.workers)) as pool:
+            replies = list(pool.map(lambda w: w.run_queued_stage(group, queued.order, queued.batch, self.queue, 1,
+                                                                 **context), self.workers))
+        return [m for m, _, _ in replies], [(out, trace) for _, out, trace in replies if out is not None]
 
 
 def batches(start=0, size=8):

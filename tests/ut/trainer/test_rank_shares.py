@@ -131,7 +131,8 @@ def test_tiny_config_plan_drives_the_dock():
     rows = list(range(dock.max_len))
     dock.put_experience({c: [torch.zeros(1)] * len(rows) for c in ("advantages", "old_log_prob", "ref_log_prob")},
                         rows)
-    for stage in plan.dp_stages:
+    assert [s.name for s in plan.dp_stages if s.queued] == ["actor_rollout"]  # served from the queue: no plan
+    for stage in (s for s in plan.dp_stages if not s.queued):
         shares = dock.plan_stage(stage.name)
         sizes = [len(rows) for per_rank in shares for rows in per_rank]
         assert len(shares) == plan.layout.dp

@@ -28,6 +28,10 @@ class CountingGroup(Group):
         self.calls.append(group.names)
         return super().run_stage(group, plan, batches, **context)
 
+    def run_queued_stage(self, group, queued, **context):
+        self.calls.append(group.names)
+        return super().run_queued_stage(group, queued, **context)
+
 
 def _step(*overrides):
     cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused", *overrides]))

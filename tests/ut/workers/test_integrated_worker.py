@@ -18,7 +18,7 @@ from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.stages import OLD, ROLLOUT, TRAIN
 from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
 from mindspeed_rl.models.lr_schedule import lr_at
-from mindspeed_rl.trainer.stage_runner import StageGroup, run_dp_stage
+from mindspeed_rl.trainer.stage_runner import StageGroup, run_dp_stage, run_queued_stage
 from mindspeed_rl.trainer.utils.compute_utils import compute_advantage, compute_rule_reward
 from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
 from mindspeed_rl.workers.parallel_state import ParallelState
@@ -173,12 +173,16 @@ def test_lr_schedule_spans_the_run_plan_optimizer_steps(local):
     assert w0.actor.kwargs["eps"] == cfgs.actor_config.adam_eps
 
 
-def test_rollout_uses_sampling_settings(local):
+@pytest.mark.parametrize("static", [True, False])
+def test_rollout_uses_sampling_settings(local, static):
     cfgs, dock, (w0, w1) = _setup("generate_config.sampling_config.min_p=0.05",
-                                  "generate_config.sampling_config.top_p=0.9")
+                                  "generate_config.sampling_config.top_p=0.9", f"rl_config.guarantee_order={static}")
     plan = cfgs.plan
     dock.put_prompts_experience({"prompts": [torch.tensor([1, 2, i]) for i in range(plan.prompts_per_round)]})
-    _run(dock, [w0, w1], ROLLOUT.name, iteration=1)
+    if static:
+        _run(dock, [w0, w1], ROLLOUT.name, iteration=1)
+    else:
+        run_queued_stage(Group([w0, w1]), dock, plan.stages[ROLLOUT.name], iteration=1)
     kwargs = [c[1] for w in (w0, w1) for c in w.actor.calls if c[0] == "generate"]
     assert all(k["min_p"] == 0.05 and k["top_p"] == 0.9 and k["temperature"] == 1.0 for k in kwargs)
     assert bool((dock.experience_data_status["responses"] == 1).all())
@@ -237,7 +241,7 @@ def test_rollout_seeds_never_collide_across_iterations_and_rows():
 
 
 def test_rollout_seed_follows_the_first_row_of_each_share(local):
-    cfgs, dock, (w0, w1) = _setup()
+    cfgs, dock, (w0, w1) = _setup("rl_config.guarantee_order=true")
     plan = cfgs.plan
     dock.put_prompts_experience({"prompts": [torch.tensor([1, 2, i]) for i in range(plan.prompts_per_round)]})
     shares = _run(dock, [w0, w1], ROLLOUT.name, iteration=3)[0]

@@ -1,0 +1,461 @@
+"""Rollout balance on CPU: one queue across the DP engines against the static split, vLLM, DP=2.
+
+1. Rollout stage (measured): two vLLM engines (one core each, Ray actors, the workers' own code: VLLMRollout's
+   queue loop, RaySource, RolloutQueue in its actor) on rounds of 16 prompts x 8 samples with long-tail
+   response lengths: per row max_tokens drawn lognormal (median 48, sigma 0.9, 4..512) with a prompt effect
+   (60 % of the log-variance shared by a prompt's samples, as RL responses to one prompt run alike), EOS
+   ignored, max_num_seqs 8. Each round runs three ways on the same rows and seeds:
+   - static: the seeded random split of today's planner, one generate per engine (rl_config.guarantee_order);
+   - queue, epoch 1: the queue without history (a probe of every group first, then the groups seen to run long);
+   - queue, epoch 2: the same prompts again, with the previous epoch's group means as the prior.
+   Per way: the engines' imbalance (slowest busy / mean - 1), the stage (slowest engine), the bound (max of the
+   mean busy time and the longest row, from the queue's own measurement) and the rows that came out identical
+   to the static split's (float32: every row samples with its own seed).
+2. GRPO iteration (full run only): cli/train_grpo.py at ~150M, DP=2, vLLM, with and without
+   rl_config.guarantee_order, on a checkpoint whose EOS logit is scaled up so that responses end at
+   different lengths by themselves; median iteration and rollout-stage seconds after the first iteration.
+3. Simulation to 8-256 engines from the per-step cost fitted to section 1's queue steps (utils/rollout_cost.py:
+   the replay drives the same RolloutQueue): static vs queue (epoch 1, epoch 2) vs the bound, with and without
+   a prompt effect.
+
+Prints markdown tables and a TARGETS block; exits 1 when a target printed as FAIL fails. Targets (the 150M
+model in a full run, the 14M one in --quick): the queue's imbalance <= 5 %; its stage >= 1.2x faster than the
+static split; within 10 % of its bound; every row identical to the static split's. --quick: 14M only, two
+rounds, no CLI runs, small simulation (~4 min); writes nothing under benchmarks/results/. A full run (~35 min on
+2 cores) writes benchmarks/results/bench_rollout_balance.{md,json} and its plot.
+
+Usage:
+    python benchmarks/bench_rollout_balance.py [--quick] [--repeats N] [--out-dir DIR] [--target-scale X]
+"""
+import os
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_rollout import CLI_150M, MODEL_150M, MODEL_SMALL  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+CONFIG = ROOT / "configs" / "grpo_tiny_cpu.yaml"
+PROMPTS, SAMPLES, CAP, ENGINES = 16, 8, 8, 2
+MEDIAN, SIGMA, SHARED, MIN_TOKENS, MAX_TOKENS = 48, 0.9, 0.6, 4, 512
+TARGETS = {"imbalance": 0.05, "gain": 1.2, "gap": 0.10}
+WAYS = ("static", "queue", "queue_prior")
+
+
+# ---------------------------------------------------------------- workload
+
+
+def draw_round(rng, vocab: int):
+    """(prompts, per-row response lengths, per-row prior of a previous epoch) of one round."""
+    prompt_lens = rng.integers(16, 65, PROMPTS)
+    prompts = [rng.integers(0, vocab, n).tolist() for n in prompt_lens]
+    effect = rng.normal(0.0, SIGMA * np.sqrt(SHARED), PROMPTS)
+
+    def sample():
+        z = np.repeat(effect, SAMPLES) + rng.normal(0.0, SIGMA * np.sqrt(1 - SHARED), PROMPTS * SAMPLES)
+        return np.clip(np.round(MEDIAN * np.exp(z)), MIN_TOKENS, MAX_TOKENS).astype(int)
+    lengths = sample()
+    prior = np.repeat(sample().reshape(PROMPTS, SAMPLES).mean(axis=1), SAMPLES)  # the last epoch's group means
+    return [p for p in prompts for _ in range(SAMPLES)], lengths, prior
+
+
+# ---------------------------------------------------------------- engines (Ray actors)
+
+
+def engine_class():
+    import ray
+
+    @ray.remote(num_cpus=1)
+    class Engine:
+        """One rollout engine pinned to one core: VLLMRollout with a per-row max_tokens (by seed)."""
+
+        def __init__(self, core: int, model: str):
+            os.sched_setaffinity(0, [core])
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+            os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+            import torch
+            from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
+            from mindspeed_rl.models.causal_lm import CausalLMEngine
+            from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
+            torch.set_num_threads(1)
+            table = self.table = {}
+
+            class Sized(VLLMRollout):
+                def _params(self, sampling, seed, eos_id):
+                    params = super()._params(sampling, seed, eos_id)
+                    params.max_tokens = table[int(seed)]
+                    return params
+            actor = CausalLMEngine(model, torch.device("cpu"), dtype=torch.float32, trainable=False)
+            spec = RolloutSpec("vllm", "benchmark", dtype="float32", max_num_seqs=CAP, max_model_len=1024,
+                               max_num_batched_tokens=2048)
+            self.rollout = Sized(spec, actor, model, torch.device("cpu"), rank=core, world_size=ENGINES, seed=0)
+            from types import SimpleNamespace
+            self.sampling = SimpleNamespace(max_tokens=MAX_TOKENS, temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0)
+
+        def lengths(self, table):
+            self.table.clear()
+            self.table.update({int(k): int(v) for k, v in table.items()})
+
+        def static(self, prompts, seeds):
+            import torch
+            start = time.perf_counter()
+            out = self.rollout.generate([torch.tensor(p) for p in prompts], self.sampling, seeds, None, None)
+            return time.perf_counter() - start, [r.tolist() for r in out.responses]
+
+        def serve(self, queue, key, consumer, order, prompts, seeds):
+            import torch
+            from mindspeed_rl.workers.rollout_source import RaySource
+            source = RaySource(queue, key, consumer, order, {"prompts": [torch.tensor(p) for p in prompts]},
+                               deadline=time.monotonic() + 1800)
+            served = self.rollout.serve(source, self.sampling, lambda row: seeds[row], None, None, None)
+            return {"busy": served.busy, "rows": served.rows, "latency": served.latency,
+                    "responses": [r.tolist() for r in served.responses], "trace": served.trace_array().tolist()}
+
+    return Engine
+
+
+def run_round(engines, queue, key, prompts, lengths, prior, seed):
+    """The three ways on one round; per way the busy seconds per engine, the responses and the traces."""
+    import ray
+    from mindspeed_rl.trainer.utils.balance_plan import BalancePlanner
+    n = len(prompts)
+    seeds = [int(seed) * 100000 + r for r in range(n)]
+    ray.get([e.lengths.remote({s: lengths[r] for r, s in enumerate(seeds)}) for e in engines])
+    out = {}
+    split = BalancePlanner(seed=seed).random_split(n, ENGINES)
+    timed = ray.get([e.static.remote([prompts[r] for r in share], [seeds[r] for r in share])
+                     for e, share in zip(engines, split)])
+    responses = {}
+    for share, (_, made) in zip(split, timed):
+        responses.update({int(r): m for r, m in zip(share, made)})
+    out["static"] = {"busy": [t for t, _ in timed], "responses": responses}
+    groups = (np.arange(n) // SAMPLES).tolist()
+    for way, way_prior in (("queue", None), ("queue_prior", prior.tolist())):
+        key += 1
+        ray.get(queue.load.remote(key, n, ENGINES, None, None, groups, way_prior))
+        served = ray.get([e.serve.remote(queue, key, c, list(range(n)), prompts, seeds)
+                          for c, e in enumerate(engines)])
+        out[way] = {"busy": [s["busy"] for s in served],
+                    "responses": {r: m for s in served for r, m in zip(s["rows"], s["responses"])},
+                    "latency": [x for s in served for x in s["latency"]],
+                    "rows": [len(s["rows"]) for s in served],
+                    "trace": [t for s in served for t in s["trace"]]}
+    return out, key
+
+
+def measure_rollout(model: str, vocab: int, repeats: int, seed0: int = 0) -> dict:
+    import ray
+    from mindspeed_rl.utils.rollout_cost import balance_bound
+    from mindspeed_rl.utils.rollout_queue import RolloutQueue
+    Engine = engine_class()
+    start = time.perf_counter()
+    engines = [Engine.remote(core, model) for core in range(ENGINES)]
+    queue = ray.remote(num_cpus=0)(RolloutQueue).remote()
+    ray.get([e.lengths.remote({}) for e in engines])
+    startup = time.perf_counter() - start
+    # warm-up round (not timed): the engines' first steps compile and allocate
+    rng = np.random.default_rng(10_000 + seed0)
+    prompts, lengths, prior = draw_round(rng, vocab)
+    _, key = run_round(engines, queue, 0, prompts[:16], np.minimum(lengths[:16], 8), prior[:16], 999)
+    rounds = []
+    for rep in range(repeats):
+        rng = np.random.default_rng(seed0 + rep)
+        prompts, lengths, prior = draw_round(rng, vocab)
+        got, key = run_round(engines, queue, key, prompts, lengths, prior, seed0 + rep + 1)
+        bound = balance_bound(got["queue"]["busy"], got["queue"]["latency"])
+        ref = got["static"]["responses"]
+        row = {"lengths": lengths.tolist(), "bound": bound}
+        for way in WAYS:
+            busy = np.asarray(got[way]["busy"])
+            same = sum(got[way]["responses"][r] == ref[r] for r in ref)
+            row[way] = {"busy": busy.tolist(), "stage": float(busy.max()),
+                        "imbalance": float(busy.max() / busy.mean() - 1), "identical": same / len(ref),
+                        "rows": got[way].get("rows"), "trace": got[way].get("trace")}
+            row[way]["gap"] = row[way]["stage"] / bound - 1
+        rounds.append(row)
+    for e in engines:
+        ray.kill(e)
+    ray.kill(queue)
+    return {"startup_s": startup, "rounds": rounds}
+
+
+# ---------------------------------------------------------------- GRPO through the CLI
+
+
+def eos_checkpoint(path: str, scale: float) -> str:
+    """The ~150M random model with its (tied) EOS embedding scaled: responses end by themselves."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+    from mindspeed_rl.models.tiny_model import EOS_ID
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(Qwen2Config(**MODEL_150M))
+    with torch.no_grad():
+        model.get_input_embeddings().weight[EOS_ID] *= scale
+    model.save_pretrained(path)
+    return path
+
+
+def run_cli(model_dir: str, out_dir: str, iters: int, static: bool, timeout: float) -> dict:
+    cmd = [sys.executable, str(ROOT / "cli" / "train_grpo.py"), "--config", str(CONFIG), "--tiny-model-dir",
+           model_dir, "--output-dir", out_dir, *CLI_150M, f"megatron_training.train_iters={iters}",
+           "megatron_training.global_batch_size=8", "rl_config.n_samples_per_prompt=8", "rl_config.mini_batch_size=64",
+           "generate_config.rollout_backend=vllm", "generate_config.dtype=float32", f"generate_config.max_num_seqs={CAP}",
+           "generate_config.max_model_len=320", "generate_config.sampling_config.max_tokens=256",
+           "rl_config.max_packing_token_size=2048", f"rl_config.guarantee_order={'true' if static else 'false'}"]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(ROOT),
+                          env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR"))
+    if proc.returncode != 0:
+        raise RuntimeError(f"train_grpo.py failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
+    rows = [json.loads(line) for line in Path(out_dir, "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if "timing/iteration" in r][1:]  # after the first (warm-up) iteration
+    return {"wall_s": time.perf_counter() - start, "iteration": [r["timing/iteration"] for r in rows],
+            "rollout": [r["timing/actor_rollout/max"] for r in rows],
+            "imbalance": [r.get("dp_balance/actor_rollout/rank_imbalance") for r in rows],
+            "response_len": [r["response_length/mean"] for r in rows],
+            "response_len_max": [r.get("response_length/max") for r in rows]}
+
+
+# ---------------------------------------------------------------- simulation
+
+
+def simulate(cost, engines_list, draws: int, rows_per_engine: int) -> list:
+    from mindspeed_rl.utils.rollout_cost import simulate_queue, simulate_static
+    out = []
+    for shared in (SHARED, 0.0):
+        for k in engines_list:
+            rows = k * rows_per_engine
+            res = {w: [] for w in ("static", "queue", "queue_prior", "bound")}
+            for d in range(max(1, draws if k <= 64 else draws // 3)):
+                rng = np.random.default_rng(1000 * k + d)
+                prompts_n = rows // SAMPLES
+                p = np.repeat(rng.integers(16, 65, prompts_n), SAMPLES)
+                effect = np.repeat(rng.normal(0, SIGMA * np.sqrt(shared), prompts_n), SAMPLES)
+                draw = lambda: np.clip(np.round(MEDIAN * np.exp(effect + rng.normal(  # noqa: E731
+                    0, SIGMA * np.sqrt(1 - shared), rows))), MIN_TOKENS, MAX_TOKENS).astype(int)
+                r, prior = draw(), draw().reshape(-1, SAMPLES).mean(axis=1).repeat(SAMPLES)
+                groups = np.arange(rows) // SAMPLES
+                split = np.array_split(rng.permutation(rows), k)
+                static = simulate_static(p, r, [[s.tolist()] for s in split], cost, cap=CAP)
+                queued = simulate_queue(p, r, range(rows), k, cost, cap=CAP, groups=groups)
+                told = simulate_queue(p, r, range(rows), k, cost, cap=CAP, groups=groups, prior=prior)
+                res["static"].append(static.stage)
+                res["queue"].append(queued.stage)
+                res["queue_prior"].append(told.stage)
+                res["bound"].append(told.bound)
+            out.append({"engines": k, "shared": shared, **{w: float(np.median(v)) for w, v in res.items()}})
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+
+def cell(values, fmt="{:.2f}") -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def rollout_table(res: dict) -> str:
+    lines = ["| model | way | imbalance | stage s | bound s | stage / bound - 1 | static / this | rows identical "
+             "to static | rows per engine |", "|---|---|---|---|---|---|---|---|---|"]
+    for model, m in res["rollout"].items():
+        for way in WAYS:
+            rounds = m["rounds"]
+            gain = [r["static"]["stage"] / r[way]["stage"] for r in rounds]
+            rows = [r[way]["rows"] for r in rounds if r[way]["rows"]]
+            lines.append(f"| {model} | {way} | {cell([r[way]['imbalance'] for r in rounds], '{:.1%}')} | "
+                         f"{cell([r[way]['stage'] for r in rounds])} | {cell([r['bound'] for r in rounds])} | "
+                         f"{cell([r[way]['gap'] for r in rounds], '{:.1%}')} | {cell(gain, '{:.2f}x')} | "
+                         f"{cell([r[way]['identical'] for r in rounds], '{:.1%}')} | "
+                         f"{'; '.join('/'.join(map(str, x)) for x in rows) or '-'} |")
+    return "\n".join(lines)
+
+
+def sim_table(sim: list) -> str:
+    lines = ["| engines | prompt effect | static s | queue s (epoch 1) | queue s (epoch 2) | bound s | static / queue "
+             "(1; 2) | queue / bound - 1 (1; 2) |", "|---|---|---|---|---|---|---|---|"]
+    for s in sim:
+        lines.append(f"| {s['engines']} | {s['shared']:.0%} | {s['static']:.2f} | {s['queue']:.2f} | "
+                     f"{s['queue_prior']:.2f} | {s['bound']:.2f} | {s['static'] / s['queue']:.2f}x; "
+                     f"{s['static'] / s['queue_prior']:.2f}x | {s['queue'] / s['bound'] - 1:.1%}; "
+                     f"{s['queue_prior'] / s['bound'] - 1:.1%} |")
+    return "\n".join(lines)
+
+
+def make_targets(res: dict, scale: float) -> list:
+    model = res["judged"]
+    rounds = res["rollout"][model]["rounds"]
+    med = lambda way, key: statistics.median(r[way][key] for r in rounds)  # noqa: E731
+    gain = {w: statistics.median(r["static"]["stage"] / r[w]["stage"] for r in rounds) for w in WAYS[1:]}
+    best = max(gain, key=gain.get)
+    out = []
+    for way in WAYS[1:]:
+        imb, gap = med(way, "imbalance"), med(way, "gap")
+        out.append((f"imbalance {way}", imb <= TARGETS["imbalance"] / scale,
+                    f"{model}: {imb:.1%}; target <= {TARGETS['imbalance'] / scale:.0%} (static {med('static', 'imbalance'):.1%})"))
+        out.append((f"bound {way}", gap <= TARGETS["gap"] / scale,
+                    f"{model}: stage {gap:.1%} over the bound; target <= {TARGETS['gap'] / scale:.0%}"))
+        same = min(r[way]["identical"] for r in rounds)
+        out.append((f"rows {way}", same == 1.0, f"{model}: {same:.1%} of rows identical to the static split's"))
+    out.append(("speed", gain[best] >= TARGETS["gain"] * scale,
+                f"{model}: static / queue = {gain['queue']:.2f}x (epoch 1), {gain['queue_prior']:.2f}x (epoch 2); "
+                f"target >= {TARGETS['gain'] * scale:.2f}x for the better"))
+    return out
+
+
+def report(res: dict, targets: list) -> str:
+    parts = ["# Rollout balance on CPU: one queue across the DP engines vs the static split", "",
+             f"Machine: {res['cpus']} cores; load average before {res['load_before'][0]:.1f}, after "
+             f"{res['load_after'][0]:.1f}. {ENGINES} vLLM engines (float32), one core each, max_num_seqs {CAP}; "
+             f"rounds of {PROMPTS} prompts x {SAMPLES} samples (prompts 16-64 tokens); response lengths lognormal "
+             f"(median {MEDIAN}, sigma {SIGMA}, {MIN_TOKENS}..{MAX_TOKENS}), {SHARED:.0%} of the log-variance shared by "
+             f"a prompt's samples. Medians (min-max) over rounds.", "",
+             "## 1. Rollout stage (measured)", "", rollout_table(res), ""]
+    for model, m in res["rollout"].items():
+        parts.append(f"{model}: engine start-up {m['startup_s']:.0f} s; step cost fitted to the queue's steps: "
+                     f"{m['cost']}.")
+    if res.get("cli"):
+        parts += ["", "## 2. GRPO iteration through the CLI (~150M, DP=2, vLLM, EOS-scaled checkpoint)", "",
+                  "| rollout | iteration s | rollout stage s | rollout imbalance | mean / max response length |",
+                  "|---|---|---|---|---|"]
+        for way, c in res["cli"].items():
+            parts.append(f"| {way} | {cell(c['iteration'])} | {cell(c['rollout'])} | "
+                         f"{cell(c['imbalance'], '{:.1%}')} | {cell(c['response_len'], '{:.0f}')} / "
+                         f"{cell(c['response_len_max'], '{:.0f}')} |")
+    parts += ["", f"## 3. Simulation from the measured step cost ({res['sim_model']}: {res['sim_cost']}), "
+              f"{res['sim_rows']} rows per engine", "", sim_table(res["sim"]), "", "## Targets", "",
+              "| target | status | detail |", "|---|---|---|"]
+    parts += [f"| {name} | {'PASS' if ok else 'FAIL'} | {detail} |" for name, ok, detail in targets]
+    parts += ["", f"Wall time: {res['wall_s']:.0f} s."]
+    return "\n".join(parts) + "\n"
+
+
+def plot(res: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    model = res["judged"]
+    r = res["rollout"][model]["rounds"][0]
+    width = 0.25
+    for i, way in enumerate(WAYS):
+        busy = r[way]["busy"]
+        left.bar(np.arange(len(busy)) + (i - 1) * width, busy, width, label=way)
+    left.axhline(r["bound"], color="k", ls="--", lw=1, label="bound")
+    left.set_xticks(range(ENGINES), [f"engine {e}" for e in range(ENGINES)])
+    left.set_ylabel("busy s")
+    left.set_title(f"{model}: one round, busy time per engine")
+    left.legend(fontsize=8)
+    for shared, style in ((SHARED, "-"), (0.0, ":")):
+        sim = [s for s in res["sim"] if s["shared"] == shared]
+        ks = [s["engines"] for s in sim]
+        for way, color in (("static", "C0"), ("queue", "C1"), ("queue_prior", "C2")):
+            right.plot(ks, [s[way] / s["bound"] for s in sim], style, color=color, marker="o",
+                       label=f"{way}, prompt effect {shared:.0%}")
+    right.set_xscale("log", base=2)
+    right.set_xlabel("engines")
+    right.set_ylabel("stage / bound")
+    right.set_title("simulated from the measured step cost")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# ---------------------------------------------------------------- main
+
+
+def build(tmp: str, with_150m: bool) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+    models = {}
+    for name, shape in (("14M", MODEL_SMALL), ("150M", MODEL_150M)):
+        if name == "150M" and not with_150m:
+            continue
+        path = os.path.join(tmp, name)
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(Qwen2Config(**shape)).save_pretrained(path)
+        models[name] = (path, shape["vocab_size"])
+    return models
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--out-dir", default=None)
+    parser.add_argument("--target-scale", type=float, default=1.0)
+    args = parser.parse_args()
+    repeats = args.repeats or (2 if args.quick else 3)
+    out_dir = Path(args.out_dir) if args.out_dir else (Path(tempfile.mkdtemp(prefix="bench_rb_")) if args.quick
+                                                      else RESULTS)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    res = {"quick": args.quick, "load_before": os.getloadavg(), "cpus": os.cpu_count(), "rollout": {}}
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
+    from mindspeed_rl.utils.rollout_cost import fit_step_cost
+    with tempfile.TemporaryDirectory(prefix="rb_") as tmp:
+        models = build(tmp, with_150m=not args.quick)
+        init_ray(num_cpus=ENGINES + 1)
+        try:
+            for name, (path, vocab) in models.items():
+                res["rollout"][name] = measure_rollout(path, vocab, repeats)
+                traces = [t for r in res["rollout"][name]["rounds"] for w in WAYS[1:] for t in r[w]["trace"]]
+                cost = fit_step_cost(traces)
+                res["rollout"][name]["cost"] = (f"{cost.per_step * 1e3:.2f} ms + {cost.per_seq * 1e3:.3f} ms per "
+                                                f"sequence + {cost.per_prefill_token * 1e3:.3f} ms per prompt token")
+                res["rollout"][name]["fit"] = cost
+        finally:
+            shutdown_ray()
+        res["judged"] = "14M" if args.quick else "150M"
+        if not args.quick:
+            model = eos_checkpoint(os.path.join(tmp, "150M_eos"), scale=12.0)
+            res["cli"] = {way: run_cli(model, os.path.join(tmp, f"cli_{way}"), 4, way == "static", 3600)
+                          for way in ("static", "queue")}
+    cost = res["rollout"][res["judged"]].pop("fit")
+    for m in res["rollout"].values():
+        m.pop("fit", None)
+    res["sim_model"], res["sim_cost"], res["sim_rows"] = res["judged"], res["rollout"][res["judged"]]["cost"], 64
+    res["sim"] = simulate(cost, [2, 8, 32] if args.quick else [2, 8, 32, 64, 128, 256], 3 if args.quick else 9, 64)
+    res["load_after"] = os.getloadavg()
+    res["wall_s"] = time.perf_counter() - start
+    targets = make_targets(res, args.target_scale)
+    text = report(res, targets)
+    print(text)
+    for r in res["rollout"].values():
+        for row in r["rounds"]:
+            for way in WAYS:
+                row[way].pop("trace", None)
+    (out_dir / "bench_rollout_balance.md").write_text(text)
+    (out_dir / "bench_rollout_balance.json").write_text(json.dumps(res, indent=1, default=str))
+    plot(res, out_dir / "bench_rollout_balance.png")
+    print("== TARGETS ==")
+    for name, ok, detail in targets:
+        print(f"{name:22s}: {'PASS' if ok else 'FAIL'}  {detail}")
+    failed = [name for name, ok, _ in targets if not ok]
+    if failed:
+        print(f"targets FAILED: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The backends' queue loops over stand-in engines: vLLM's continuous batching (requests join between steps, at
+most max_num_seqs live, progress reported with each take) and the chunked generate loop of transformers."""
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
+from mindspeed_rl.models.rollout.base import RolloutBackend, RolloutResult
+from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
+from mindspeed_rl.utils.rollout_queue import LocalSource, RolloutQueue
+
+LENGTHS = [5, 1, 3, 8, 2, 2, 6, 1, 4, 7]  # response tokens of row r (the stand-ins read it from the seed)
+
+
+def seed_of(row):
+    return 1000 + row
+
+
+class StandInEngine:
+    """vLLM's LLMEngine as the loop uses it: add_request, and step() -> the requests that finished in it."""
+
+    def __init__(self, cap):
+        self.cap, self.live, self.most = cap, {}, 0
+
+    def add_request(self, rid, prompt, params):
+        assert rid not in self.live
+        self.live[rid] = [LENGTHS[params - 1000], []]
+        self.most = max(self.most, len(self.live))
+        assert len(self.live) <= self.cap, "the loop admitted more than max_num_seqs"
+
+    def step(self):
+        done = []
+        for rid, entry in list(self.live.items()):
+            entry[1].append(7)
+            if len(entry[1]) == entry[0]:
+                del self.live[rid]
+                out = SimpleNamespace(token_ids=list(entry[1]),
+                                      logprobs=[{7: SimpleNamespace(logprob=-0.25)} for _ in entry[1]])
+                done.append(SimpleNamespace(request_id=rid, finished=True, outputs=[out]))
+        return done
+
+
+def _vllm(cap):
+    rollout = VLLMRollout.__new__(VLLMRollout)  # the loop only: no engine is built
+    rollout.settings = RolloutSpec("vllm", "test", max_num_seqs=cap, logprobs=0)
+    rollout.stale = False
+    rollout.llm = SimpleNamespace(llm_engine=StandInEngine(cap))
+    rollout._params = lambda sampling, seed, eos_id: seed
+    return rollout
+
+
+class Reporting(LocalSource):
+    """Keeps what every take reported."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.reports = []
+
+    def request(self, want, progress=None):
+        if not self.waiting and not self.drained and want > 0 and progress:
+            def kept():
+                report = progress()
+                self.reports.append(list(report))
+                return report
+            return super().request(want, kept)
+        return super().request(want, progress)
+
+
+def _source(queue, consumer=0, cls=LocalSource):
+    prompts = [torch.arange(r % 3 + 2) for r in range(len(LENGTHS))]
+    return cls(queue, consumer, [100 + r for r in range(len(LENGTHS))], {"prompts": prompts})
+
+
+def test_vllm_keeps_at_most_max_num_seqs_live_and_serves_every_row_once():
+    rollout, queue = _vllm(cap=3), RolloutQueue()
+    rows = len(LENGTHS)
+    queue.load(1, rows, 1, groups=np.arange(rows) // 2)
+    clock = itertools.count()
+    served = rollout.serve(_source(queue), None, lambda row: seed_of(row - 100), None, None, 4,
+                           clock=lambda: float(next(clock)))
+    assert sorted(served.rows) == [100 + r for r in range(rows)]
+    assert rollout.llm.llm_engine.most == 3 and queue.left == 0
+    for row, response, log_probs in zip(served.rows, served.responses, served.log_probs):
+        assert response.numel() == LENGTHS[row - 100] and log_probs.tolist() == [-0.25] * response.numel()
+    assert served.prompt_lengths == [(row - 100) % 3 + 2 for row in served.rows]
+    # one record per engine step: the step count is the busiest schedule's, every row's tokens made once
+    trace = served.trace_array()
+    assert (trace[:, 0] == 1).all() and trace[:, 1].max() == 3
+    assert trace[:, 1].sum() == sum(LENGTHS)
+    assert trace[:, 2].sum() == sum(served.prompt_lengths)  # every prompt's tokens enter once
+    assert served.busy > 0 and all(x > 0 for x in served.latency)
+
+
+def test_vllm_reports_its_rows_progress_with_each_take():
+    rollout, queue = _vllm(cap=2), RolloutQueue()
+    queue.load(1, len(LENGTHS), 1)
+    source = _source(queue, cls=Reporting)
+    served = rollout.serve(source, None, lambda row: seed_of(row - 100), None, None, 4)
+    finished = [p for report in source.reports for p in report if p[1] == LENGTHS[p[0]]]
+    assert {p for p, _ in finished} >= set(range(len(LENGTHS))) - {served.rows[-1] - 100}
+    for report in source.reports:
+        for position, tokens in report:
+            assert 0 <= tokens <= LENGTHS[position]
+
+
+class StandInGenerate(RolloutBackend):
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, sampling, seeds, eos_id, pad_id):
+        self.calls.append(list(seeds))
+        return RolloutResult([torch.ones(LENGTHS[s - 1000], dtype=torch.int32) for s in seeds])
+
+
+def test_generate_runs_one_batch_per_chunk_seeded_by_its_rows():
+    backend, queue = StandInGenerate(), RolloutQueue()
+    queue.load(1, len(LENGTHS), 1, chunk=4)
+    clock = iter([0.0, 1.0, 3.0, 3.0, 4.0, 4.0, 6.0, 9.0])
+    served = backend.serve(_source(queue), None, lambda row: seed_of(row - 100), None, None, 4,
+                           clock=lambda: next(clock))
+    assert backend.calls == [[1000, 1001, 1002, 1003], [1004, 1005, 1006, 1007], [1008, 1009]]
+    assert served.rows == [100 + r for r in range(len(LENGTHS))] and served.log_probs is None
+    # (longest response, rows, rows x widest prompt, seconds) per generate
+    assert served.trace == [(8, 4, 16, 2.0), (6, 4, 16, 1.0), (7, 2, 8, 2.0)]
+    assert served.latency == [2.0] * 4 + [1.0] * 4 + [2.0] * 2 and served.busy == 9.0
+
+
+def test_a_drained_queue_serves_nothing():
+    for backend in (StandInGenerate(), _vllm(2)):
+        queue = RolloutQueue()
+        queue.load(1, 1, 2, chunk=None if isinstance(backend, VLLMRollout) else 1)
+        queue.take(1, 1, 0, 1)  # the other consumer took the only row
+        served = backend.serve(_source(queue, 0), None, lambda row: seed_of(row - 100), None, None, 1)
+        assert served.rows == [] and served.trace == []

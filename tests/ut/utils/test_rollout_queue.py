@@ -1,0 +1,159 @@
+"""The rollout queue's take rule (utils/rollout_queue.py): chunks, fair continuous takes, probes, evidence,
+the dealt first wave, memoised takes, and the prompt-length prior."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mindspeed_rl.utils.rollout_queue import LocalSource, PromptLengths, RolloutQueue
+
+
+def _drain(queue, consumers, want, key=1, progress=None):
+    """Round-robin takes until every consumer gets an empty answer; returns each consumer's takes."""
+    takes, seq, done = {c: [] for c in range(consumers)}, [0] * consumers, set()
+    while len(done) < consumers:
+        for c in range(consumers):
+            if c in done:
+                continue
+            rows = queue.take(key, c, seq[c], want, progress)
+            seq[c] += 1
+            if rows:
+                takes[c].append(rows)
+            else:
+                done.add(c)
+    return takes
+
+
+def test_chunks_are_fixed_slices_whoever_takes_them():
+    queue = RolloutQueue()
+    queue.load(1, 10, 2, chunk=4)
+    assert queue.take(1, 1, 0, want=99) == [0, 1, 2, 3]  # the want of a chunked take does not matter
+    assert queue.take(1, 0, 0, want=1) == [4, 5, 6, 7]
+    assert queue.take(1, 0, 1, want=1) == [8, 9]  # the last chunk is short
+    assert queue.take(1, 1, 1, want=4) == [] and queue.left == 0
+
+
+def test_continuous_takes_cover_every_row_once_within_want_fair_share_and_cap():
+    queue = RolloutQueue()
+    queue.load(1, 50, 3, cap=7)
+    left, seen = 50, []
+    for step in range(60):
+        consumer = step % 3
+        rows = queue.take(1, consumer, step // 3, want=5 if consumer else 9)
+        assert len(rows) <= min(5 if consumer else 9, math.ceil(left / 3) if left else 0, 7)
+        assert len(rows) >= 1 or left == 0  # nothing is held back while rows are left
+        left -= len(rows)
+        seen += rows
+    assert sorted(seen) == list(range(50)) and queue.left == 0
+
+
+def test_the_fair_share_stops_the_first_engine_from_emptying_the_queue():
+    queue = RolloutQueue()
+    queue.load(1, 64, 2)  # no cap: an engine with 256 free slots asks for all of them
+    first = queue.take(1, 0, 0, want=256)
+    second = queue.take(1, 1, 0, want=256)
+    assert len(first) == 32 and len(second) == 32
+    assert sorted(first + second) == list(range(64))
+
+
+def test_a_probe_of_every_group_goes_out_before_a_second_row_of_any():
+    queue = RolloutQueue()
+    queue.load(1, 12, 1, groups=np.arange(12) // 4)  # 3 groups of 4 rows
+    assert queue.take(1, 0, 0, want=5) == [0, 4, 8, 1, 2]
+
+
+def test_the_groups_that_run_long_go_first():
+    queue = RolloutQueue()
+    queue.load(1, 12, 1, groups=np.arange(12) // 4)
+    assert queue.take(1, 0, 0, want=3) == [0, 4, 8]
+    # group 2's probe has made 40 tokens, group 0's finished at 5, group 1's at 12
+    assert queue.take(1, 0, 1, want=4, progress=[(8, 40), (0, 5), (4, 12)]) == [9, 10, 11, 5]
+    assert list(queue.expected()) == [5, 12, 40]
+
+
+def test_a_prior_orders_the_probes_and_evidence_above_it_wins():
+    queue = RolloutQueue()
+    prior = np.repeat([10.0, 30.0, np.nan], 2)
+    queue.load(1, 6, 1, groups=np.arange(6) // 2, prior=prior)
+    # the unknown group ranks at the mean of the known ones (20): between the two
+    assert queue.take(1, 0, 0, want=3) == [2, 4, 0]
+    queue.report([(0, 50)])
+    assert list(queue.expected()) == [50, 30, 40]
+
+
+def test_the_first_wave_is_dealt_round_robin_not_longest_rows_to_the_first_to_ask():
+    queue = RolloutQueue()
+    prior = np.arange(8, 0, -1).astype(float)  # position 0 is expected longest
+    queue.load(1, 8, 2, prior=prior)
+    first = queue.take(1, 0, 0, want=4)
+    second = queue.take(1, 1, 0, want=4)
+    assert first == [0, 2, 4, 6] and second == [1, 3, 5, 7]
+    # once every consumer has started, a take is the best rows in order
+    queue.load(2, 8, 2, prior=prior)
+    queue.take(2, 0, 0, want=1)
+    queue.take(2, 1, 0, want=1)
+    assert queue.take(2, 0, 1, want=3) == [2, 3, 4]
+
+
+def test_a_repeated_take_is_answered_not_served_twice():
+    queue = RolloutQueue()
+    queue.load(7, 6, 2, chunk=2)
+    rows = queue.take(7, 0, 0, want=2)
+    # a TP peer (the same consumer, the same take) gets the same rows; the queue did not move
+    assert queue.take(7, 0, 0, want=2) == rows and queue.left == 4
+    assert queue.taken() == {0: rows}
+    with pytest.raises(ValueError, match="consumer 0 asked for take 2, expected take 1"):
+        queue.take(7, 0, 2, want=2)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda q: q.take(2, 0, 0, 1), "a take for round 2, but the queue holds round 1"),
+    (lambda q: q.take(1, 3, 0, 1), r"consumer 3 is outside \[0, 2\)"),
+    (lambda q: q.take(1, -1, 0, 1), r"consumer -1 is outside \[0, 2\)"),
+    (lambda q: q.report([(6, 3)]), r"progress names position 6, outside \[0, 6\)"),
+    (lambda q: q.load(1, 0, 2), "rows must be a positive int, got 0"),
+    (lambda q: q.load(1, 4, True), "consumers must be a positive int, got True"),
+    (lambda q: q.load(1, 4, 2, chunk=0), "chunk must be a positive int or None, got 0"),
+    (lambda q: q.load(1, 4, 2, cap=2.5), "cap must be a positive int or None, got 2.5"),
+    (lambda q: q.load(1, 4, 2, groups=[0, 1]), "groups has 2 entries for 4 rows"),
+    (lambda q: q.load(1, 4, 2, prior=[1.0]), "prior has 1 entries for 4 rows"),
+    (lambda q: q.load(1, 4, 2, groups=[0, -1, 0, 0]), "group ids must be >= 0"),
+])
+def test_bad_calls_name_what_is_wrong_and_change_nothing(call, message):
+    queue = RolloutQueue()
+    queue.load(1, 6, 2, groups=np.arange(6) // 3)
+    with pytest.raises(ValueError, match=message):
+        call(queue)
+    assert queue.key == 1 and queue.left == 6 and queue.rows == 6
+
+
+def test_a_local_source_asks_once_at_a_time_and_marks_the_end():
+    queue = RolloutQueue()
+    queue.load(3, 5, 1, chunk=2)
+    asked = []
+    source = LocalSource(queue, 0, order=[40, 41, 42, 43, 44], inputs={"prompts": list("abcde")})
+    assert source.poll(block=False) is None and not source.waiting
+    source.request(2, progress=lambda: asked.append("sent") or [])
+    source.request(2, progress=lambda: asked.append("again") or [])  # one request at a time
+    assert source.waiting and asked == ["sent"]
+    got = source.poll()
+    assert got.positions == [0, 1] and got.ids == [40, 41] and got.inputs == {"prompts": ["a", "b"]}
+    assert source.poll(block=True).ids == [42, 43]  # a blocking poll asks by itself
+    assert source.poll(block=True).ids == [44]
+    assert not source.drained
+    assert len(source.poll(block=True)) == 0 and source.drained
+    source.request(5)
+    assert source.poll(block=True) is None  # drained: nothing more is asked
+
+
+def test_prompt_lengths_average_a_group_and_keep_the_newest_round():
+    lengths = PromptLengths(limit=2)
+    a, b, c = torch.tensor([1, 2, 3]), torch.tensor([4, 5]), torch.tensor([6])
+    assert np.isnan(lengths.expect([a])).all()
+    lengths.update([a, a, b], [10, 20, 7])
+    assert list(lengths.expect([a, b])) == [15.0, 7.0]
+    lengths.update([a], [3])  # the newest round replaces the last
+    assert lengths.expect([torch.tensor([1, 2, 3], dtype=torch.int32)])[0] == 3.0  # the tokens, not the dtype
+    lengths.update([c], [9])  # over the limit: b, the oldest, is forgotten
+    assert np.isnan(lengths.expect([b])[0]) and list(lengths.expect([a, c])) == [3.0, 9.0]
