@@ -112,10 +112,12 @@ def report_from_run(path: str, iteration: Optional[int] = None, consumer: Option
             label += f" #{seen[key]}"
         # shares bound to DP ranks: one bar per rank (its shares summed), as the console's numbers
         sizes = [int(s) for s in plan_loads(p, "sizes")]
+        queued = p.get("served") == "queue"  # the rollout queue: busy seconds per engine, the static split replayed
         reports.append(PlanReport(label=label, before=plan_loads(p, "random_loads"), after=plan_loads(p, "loads"),
-                                  sizes=sizes, objective=p["objective"], unit="units",
-                                  share="rank" if p.get("ranks") else "share", iteration=p["iteration"],
-                                  consumer=p["consumer"], balanced=p["balanced"]))
+                                  sizes=sizes, objective=p["objective"], unit="rows" if queued else "units",
+                                  share="engine" if queued else "rank" if p.get("ranks") else "share",
+                                  iteration=p["iteration"], consumer=p["consumer"], balanced=p["balanced"],
+                                  served=p.get("served")))
     return reports
 
 

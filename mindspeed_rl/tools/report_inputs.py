@@ -213,7 +213,7 @@ def read_balance_file(path: str) -> List[dict]:
         plans.append({"iteration": iteration, "consumer": str(rec["consumer"]),
                       "objective": str(rec.get("objective", "tokens")), "loads": loads,
                       "random_loads": random_loads, "sizes": [int(s) for s in sizes], "ranks": ranks,
-                      "balanced": bool(rec.get("balanced", True))})
+                      "balanced": bool(rec.get("balanced", True)), "served": rec.get("served")})
     if not plans:
         raise ReportError(f"{path} has no balance plans")
     return plans

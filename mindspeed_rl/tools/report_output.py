@@ -26,7 +26,8 @@ class PlanReport:
     iteration: Optional[int] = None
     consumer: Optional[str] = None
     lower_bound: Optional[float] = None  # lower bound on the heaviest load, when known
-    balanced: bool = True  # False: 'after' is a split served without balance (e.g. actor_rollout)
+    balanced: bool = True  # False: 'after' is a split served without balance (e.g. actor_rollout, guarantee_order)
+    served: Optional[str] = None  # 'queue': the rollout queue's measured busy seconds, before = the static split replayed
     extra: Dict[str, object] = field(default_factory=dict)
 
     def summary(self) -> Dict[str, object]:
@@ -34,10 +35,17 @@ class PlanReport:
         return {"before": before, "after": after, "gain": step_time_gain(before["max"], after["max"]),
                 "lower_bound": self.lower_bound}
 
+    @property
+    def columns(self):
+        """(before, after) as the table and the chart name them."""
+        if self.served == "queue":
+            return "static split (replayed)", "queue (measured)"
+        return "before (random)", "after (balanced)" if self.balanced else "served (not balanced)"
+
     def to_dict(self) -> Dict[str, object]:
         return {"label": self.label, "iteration": self.iteration, "consumer": self.consumer,
                 "objective": self.objective, "unit": self.unit, "share": self.share, "sizes": list(self.sizes),
-                "balanced": self.balanced,
+                "balanced": self.balanced, "served": self.served,
                 "before": list(self.before), "after": list(self.after), "summary": self.summary(), **self.extra}
 
 
@@ -61,7 +69,9 @@ def step_time_gain(max_before: float, max_after: float) -> Optional[float]:
 # ---------------------------------------------------------------- output
 
 
-def _fmt(x: float) -> str:
+def _fmt(x: float, objective: str = "tokens") -> str:
+    if objective == "seconds":
+        return f"{x:.3f}"
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
 
@@ -82,13 +92,14 @@ def format_table(report: PlanReport) -> str:
     """Plain-text table of one plan: per share, then max/min/mean/imbalance."""
     s = report.summary()
     b, a = s["before"], s["after"]
-    rows = [(f"{report.share} {i}", str(n) if n else "-", _fmt(x), _fmt(y))
+    o = report.objective
+    rows = [(f"{report.share} {i}", str(n) if n else "-", _fmt(x, o), _fmt(y, o))
             for i, (n, x, y) in enumerate(zip(report.sizes, report.before, report.after))]
-    rows += [("max", "", _fmt(b["max"]), _fmt(a["max"])),
-             ("min", "", _fmt(b["min"]), _fmt(a["min"])),
-             ("mean", "", _fmt(b["mean"]), _fmt(a["mean"])),
+    rows += [("max", "", _fmt(b["max"], o), _fmt(a["max"], o)),
+             ("min", "", _fmt(b["min"], o), _fmt(a["min"], o)),
+             ("mean", "", _fmt(b["mean"], o), _fmt(a["mean"], o)),
              ("imbalance", "", f"{b['imbalance']:.2%}", f"{a['imbalance']:.2%}")]
-    head = ("", report.unit, "before (random)", "after (balanced)" if report.balanced else "served (not balanced)")
+    head = ("", report.unit, *report.columns)
     widths = [max(len(r[c]) for r in rows + [head]) for c in range(4)]
     line = lambda r: f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:>{widths[3]}}"  # noqa: E731
     out = [f"{report.label} ({report.objective})", line(head), "-" * len(line(head))]
@@ -101,7 +112,7 @@ def format_table(report: PlanReport) -> str:
 
 
 def _load_label(objective: str) -> str:
-    return "tokens" if objective == "tokens" else "FLOPs (in per-token units)"
+    return {"tokens": "tokens", "seconds": "busy seconds"}.get(objective, "FLOPs (in per-token units)")
 
 
 def plot_reports(reports: Sequence[PlanReport], path: str, title: Optional[str] = None,
@@ -123,15 +134,16 @@ def plot_reports(reports: Sequence[PlanReport], path: str, title: Optional[str] 
         s = rep.summary()
         x = np.arange(len(rep.after))
         bar_w = 0.38
-        bars_b = ax.bar(x - bar_w / 2, rep.before, bar_w, color="#c9a227", label="before: random split")
-        bars_a = ax.bar(x + bar_w / 2, rep.after, bar_w, color="#2f6db5",
-                        label="after: balanced" if rep.balanced else "served: not balanced")
+        before, after = rep.columns
+        bars_b = ax.bar(x - bar_w / 2, rep.before, bar_w, color="#c9a227", label=before)
+        bars_a = ax.bar(x + bar_w / 2, rep.after, bar_w, color="#2f6db5", label=after)
         ax.axhline(s["after"]["mean"], color="#333333", linestyle="--", linewidth=1.2,
-                   label=f"mean {_fmt(s['after']['mean'])}")
+                   label=f"mean {_fmt(s['after']['mean'], rep.objective)}")
         top = max(s["before"]["max"], s["after"]["max"])
         if len(x) <= 12:  # value labels stay readable for a few bars
             for bars in (bars_b, bars_a):
-                labels = [_short(v, top) for v in bars.datavalues]
+                labels = [_fmt(v, "seconds") if rep.objective == "seconds" else _short(v, top)
+                          for v in bars.datavalues]
                 for text in ax.bar_label(bars, labels=labels, fontsize=fs(8 if len(x) <= 6 else 7), padding=2):
                     text.set_bbox({"facecolor": "white", "edgecolor": "none", "pad": 0.6, "alpha": 0.85})
         ax.set_ylim(0, top * 1.22 if top > 0 else 1)

@@ -39,8 +39,25 @@ def test_dp2_balance_on_runs_and_logs_balance(tiny_model, tmp_path):
     assert {p["consumer"] for p in plans} == set(stages) | {"actor_rollout"}
     for p in plans:
         assert len(p["loads"]) == len(p["random_loads"]) == len(p["sizes"]) >= 2
-        assert sum(p["loads"]) == pytest.approx(sum(p["random_loads"]))
+        if p["consumer"] != "actor_rollout":
+            assert sum(p["loads"]) == pytest.approx(sum(p["random_loads"]))
     _ranks_processed_their_shares(history, plans, stages)
+    _both_engines_served_the_rollout_queue(history, [p for p in plans if p["consumer"] == "actor_rollout"])
+
+
+def _both_engines_served_the_rollout_queue(history, plans, engines=2, rows=32):
+    """The rollout's rows came from one queue: every row made once, by engines that each took chunks; the
+    figures of each round are the engines' busy seconds, next to the static split replayed."""
+    assert len(plans) == len(history)
+    for m, plan in zip(history, plans):
+        taken = [m[f"dp_balance/actor_rollout/rows/rank{e}"] for e in range(engines)]
+        assert sum(taken) == rows == sum(plan["sizes"]) and plan["sizes"] == taken
+        busy = [m[f"dp_balance/actor_rollout/rank{e}"] for e in range(engines)]
+        assert plan["loads"] == busy and plan["served"] == "queue" and plan["objective"] == "seconds"
+        assert m["dp_balance/actor_rollout/rank_imbalance"] == pytest.approx(max(busy) / np.mean(busy) - 1)
+        assert m["dp_balance/actor_rollout/stage_s"] == max(busy) <= m["timing/actor_rollout/max"]
+        assert m["dp_balance/actor_rollout/bound_s"] <= max(busy)
+        assert m["dp_balance/actor_rollout/static_s"] == pytest.approx(max(plan["random_loads"]))
 
 
 def _ranks_processed_their_shares(history, plans, stages, dp=2):
@@ -66,13 +83,17 @@ def test_tensor_parallel_group_of_two_shares_one_dock_stream(tiny_model, tmp_pat
     assert m["dp_balance/actor_train/shares"] == 2  # two mini-batches, one rank
     assert {"timing/actor_train/rank0", "timing/actor_train/rank1"} <= set(m)
     assert m["tokens/actor_train/rank0"] == m["tokens/actor_train/rank1"]
+    # transformers generate on the TP-sharded model: the TP group is one consumer of the rollout queue, its two
+    # ranks generate every chunk together (the same rows, the same tokens), the TP source returns them
+    assert m["dp_balance/actor_rollout/rows/rank0"] == 32 and "dp_balance/actor_rollout/rows/rank1" not in m
+    assert m["tokens/actor_rollout/rank0"] == m["tokens/actor_rollout/rank1"] > 0
 
 
 def test_balance_off_serves_random_shares_and_logs_their_imbalance(tiny_model, tmp_path):
     history = run(CONFIG, ["megatron_training.train_iters=1", "rl_config.use_dp_batch_balance=false"],
                   str(tmp_path), tiny_model)
     plans = [json.loads(line) for line in open(tmp_path / "balance.jsonl")]
-    assert not any(p["balanced"] for p in plans)
+    assert not any(p["balanced"] for p in plans if p["consumer"] != "actor_rollout")
     _ranks_processed_their_shares(history, plans, ("ref_log_prob", "actor_log_prob", "actor_train"))
     assert history[0]["tokens/actor_train/rank0"] > 0
 

@@ -1,6 +1,7 @@
 """GRPO and DAPO end to end through the CLI with the vLLM rollout backend (CPU, tiny model, DP=2): the run
-learns from vLLM's samples, resumes exactly, logs the engines' log-prob drift, and a worker killed while
-vLLM generates ends the run in one line naming it."""
+learns from vLLM's samples drawn from the rollout queue, resumes exactly (with the static split too: the same
+rows), logs the engines' log-prob drift, and a worker killed while vLLM generates ends the run in one line
+naming it."""
 import os
 import signal
 import sys
@@ -46,8 +47,15 @@ def test_grpo_on_vllm_trains_logs_drift_and_resumes_exactly(tmp_path, capsys):
         assert 0 <= m["actor/rollout_log_prob_abs_diff"] < 1e-3 and abs(m["actor/rollout_log_prob_k3_kl"]) < 1e-4
     # the policy moved and vLLM followed it: responses differ in length between iterations
     assert len({m["response_length/mean"] for m in straight}) > 1
-    resumed = run(CONFIG, overrides + [f"megatron_training.load={save}/iter_0000002",
+    for m in straight:  # both engines drew from the one queue; every row made once
+        rows = [m[f"dp_balance/actor_rollout/rows/rank{e}"] for e in (0, 1)]
+        assert min(rows) > 0 and sum(rows) == 32
+        assert m["dp_balance/actor_rollout/bound_s"] <= m["dp_balance/actor_rollout/stage_s"]
+    # resumed with the static split (guarantee_order): every row samples with its own seed, so the queue's rows
+    # and the fixed shares' rows are the same, and the resumed run repeats the straight one number for number
+    resumed = run(CONFIG, overrides + [f"megatron_training.load={save}/iter_0000002", "rl_config.guarantee_order=true",
                                        f"megatron_training.save={tmp_path}/ckpt_b"], str(tmp_path / "b"), model)
+    assert "dp_balance/actor_rollout/rows/rank0" not in resumed[0]
     assert _numbers(resumed) == _numbers(straight[2:])
 
 

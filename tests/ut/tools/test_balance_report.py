@@ -267,6 +267,23 @@ def test_run_repeated_plans_are_numbered(tmp_path, capsys):
     assert png.stat().st_size > 1000
 
 
+def test_the_rollout_queues_plan_reads_as_engines_busy_seconds(tmp_path, capsys):
+    queue = {"iteration": 3, "consumer": "actor_rollout", "objective": "seconds", "balanced": True,
+             "served": "queue", "loads": [2.5, 2.45], "random_loads": [3.125, 2.0], "sizes": [61, 67]}
+    src = _write_jsonl(tmp_path / "balance.jsonl", [queue])
+    out_json, png = tmp_path / "q.json", tmp_path / "q.png"
+    code, out, err = _run(["--run", src, "--json", out_json, "--png", png], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1].split() == ["rows", "static", "split", "(replayed)", "queue", "(measured)"]
+    assert lines[3].split() == ["engine", "0", "61", "3.125", "2.500"]
+    assert next(line for line in lines if line.startswith("imbalance")).split() == ["imbalance", "21.95%", "1.01%"]
+    (plan,) = _json_plans(out_json)
+    assert plan["served"] == "queue" and plan["share"] == "engine" and plan["unit"] == "rows"
+    assert plan["summary"]["gain"] == pytest.approx(3.125 / 2.5)
+    assert png.stat().st_size > 1000
+
+
 # ---------------------------------------------------------------- bad input
 
 
