@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_rollout import CLI_150M, MODEL_150M, MODEL_SMALL  # noqa: E402
+from bench_rollout import CLI_150M, MODEL_150M, MODEL_SMALL, build_models  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 CONFIG = ROOT / "configs" / "grpo_tiny_cpu.yaml"
@@ -388,20 +388,6 @@ def plot(res: dict, path: Path) -> None:
 # ---------------------------------------------------------------- main
 
 
-def build(tmp: str, with_150m: bool) -> dict:
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
-    models = {}
-    for name, shape in (("14M", MODEL_SMALL), ("150M", MODEL_150M)):
-        if name == "150M" and not with_150m:
-            continue
-        path = os.path.join(tmp, name)
-        torch.manual_seed(0)
-        AutoModelForCausalLM.from_config(Qwen2Config(**shape)).save_pretrained(path)
-        models[name] = (path, shape["vocab_size"])
-    return models
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -420,7 +406,9 @@ def main() -> int:
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
     from mindspeed_rl.utils.rollout_cost import fit_step_cost
     with tempfile.TemporaryDirectory(prefix="rb_") as tmp:
-        models = build(tmp, with_150m=not args.quick)
+        shapes = {"14M": MODEL_SMALL, "150M": MODEL_150M}
+        models = {name: (path, shapes[name]["vocab_size"])
+                  for name, path in build_models(tmp, with_150m=not args.quick).items() if name in shapes}
         init_ray(num_cpus=ENGINES + 1)
         try:
             for name, (path, vocab) in models.items():

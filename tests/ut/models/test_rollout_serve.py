@@ -53,17 +53,18 @@ def _vllm(cap):
 
 
 class Reporting(LocalSource):
-    """Keeps what every take reported."""
+    """Keeps what every take reported, and the tokens each running row had made by then."""
 
     def __init__(self, *args):
         super().__init__(*args)
-        self.reports = []
+        self.reports, self.engine = [], None
 
     def request(self, want, progress=None):
         if not self.waiting and not self.drained and want > 0 and progress:
             def kept():
                 report = progress()
-                self.reports.append(list(report))
+                made = {int(rid[3:]) - 100: len(entry[1]) for rid, entry in self.engine.live.items()}
+                self.reports.append((list(report), made))
                 return report
             return super().request(want, kept)
         return super().request(want, progress)
@@ -98,12 +99,19 @@ def test_vllm_reports_its_rows_progress_with_each_take():
     rollout, queue = _vllm(cap=2), RolloutQueue()
     queue.load(1, len(LENGTHS), 1)
     source = _source(queue, cls=Reporting)
+    source.engine = rollout.llm.llm_engine
     served = rollout.serve(source, None, lambda row: seed_of(row - 100), None, None, 4)
-    finished = [p for report in source.reports for p in report if p[1] == LENGTHS[p[0]]]
+    finished = [p for report, _ in source.reports for p in report if p[1] == LENGTHS[p[0]]]
     assert {p for p, _ in finished} >= set(range(len(LENGTHS))) - {served.rows[-1] - 100}
-    for report in source.reports:
+    running = 0
+    for report, made in source.reports:
         for position, tokens in report:
             assert 0 <= tokens <= LENGTHS[position]
+            if position in made:  # a running row: the tokens it has made so far
+                assert tokens == made[position]
+                running += 1
+        assert set(made) <= {p for p, _ in report}  # every running row is reported
+    assert running > 0
 
 
 class StandInGenerate(RolloutBackend):
