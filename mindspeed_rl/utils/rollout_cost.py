@@ -48,17 +48,14 @@ def fit_step_cost(records) -> StepCost:
     if not np.isfinite(records).all() or (records < 0).any():
         raise ValueError("fit_step_cost: trace records must be finite and non-negative")
     x, y = _features(records), records[:, 3]
-    best, best_err = np.zeros(3), float(np.sum(y * y))
+    best, best_err = np.zeros(3), np.inf
     for size in (1, 2, 3):
         for cols in itertools.combinations(range(3), size):
-            sub = x[:, cols]
-            if not sub.any():
-                continue
-            coef = np.linalg.lstsq(sub, y, rcond=None)[0]
+            coef = np.linalg.lstsq(x[:, cols], y)[0]
             if (coef < 0).any():
                 continue
-            err = float(np.sum((sub @ coef - y) ** 2))
-            if err < best_err * (1 - 1e-12):
+            err = float(np.sum((x[:, cols] @ coef - y) ** 2))
+            if err < best_err * (1 - 1e-12):  # a larger set of terms only where it fits better
                 best, best_err = np.zeros(3), err
                 best[list(cols)] = coef
     return StepCost(*(float(v) for v in best))
@@ -96,8 +93,8 @@ def balance_bound(busy, latency) -> float:
 class _Engine:
     """One engine of the replay: live rows finish at a step number; the clock advances event by event."""
 
-    def __init__(self, index: int, cost: StepCost, cap: int):
-        self.index, self.cost, self.cap = index, cost, cap
+    def __init__(self, cost: StepCost):
+        self.cost = cost
         self.clock, self.step = 0.0, 0
         self.live: list = []   # heap of (finish step, row)
         self.prefill = 0       # prompt tokens admitted since the last step
@@ -113,18 +110,15 @@ class _Engine:
             start[r] = self.clock
             self.rows.append(r)
 
-    def advance(self, finish) -> int:
-        """Run to the next finishing step; returns how many rows finished."""
+    def advance(self, finish) -> None:
+        """Run to the next finishing step."""
         until = self.live[0][0]
         self.clock += self.cost.of(until - self.step, len(self.live), self.prefill)
         self.step, self.prefill = until, 0
-        done = 0
         while self.live and self.live[0][0] == until:
             row = heapq.heappop(self.live)[1]
             finish[row] = self.clock
             self.finished.append(row)
-            done += 1
-        return done
 
     def run_chunk(self, rows, prompt, resp, start, finish):
         """One transformers generate over ``rows``: every row stays until the longest ends."""
@@ -136,7 +130,6 @@ class _Engine:
         for r in rows:
             finish[r] = self.clock
         self.rows += list(rows)
-        self.finished += list(rows)
 
 
 def _lengths(prompt_lens, response_lens):
@@ -147,13 +140,11 @@ def _lengths(prompt_lens, response_lens):
     return prompt, resp
 
 
-def _check_mode(mode: str, cap: int, chunk: Optional[int]):
+def _check_mode(mode: str, cap: int):
     if mode not in MODES:
         raise ValueError(f"simulate: mode must be one of {MODES}, got {mode!r}")
     if mode == CONTINUOUS and (cap is None or cap < 1):
         raise ValueError(f"simulate: continuous batching needs cap >= 1 (max_num_seqs), got {cap!r}")
-    if mode == CHUNKS and (chunk is None or chunk < 1):
-        raise ValueError(f"simulate: chunks need chunk >= 1 rows, got {chunk!r}")
 
 
 def simulate_static(prompt_lens, response_lens, calls: Sequence[Sequence[Sequence[int]]], cost: StepCost,
@@ -161,9 +152,9 @@ def simulate_static(prompt_lens, response_lens, calls: Sequence[Sequence[Sequenc
     """Each engine e runs its own generate calls ``calls[e]`` (each a list of row ids) one after the other:
     a call is continuous batching of at most ``cap`` live rows, or (``chunks``) one transformers generate."""
     prompt, resp = _lengths(prompt_lens, response_lens)
-    _check_mode(mode, cap, 1)
+    _check_mode(mode, cap)
     start, finish = np.full(prompt.size, np.nan), np.full(prompt.size, np.nan)
-    engines = [_Engine(e, cost, cap or 1) for e in range(len(calls))]
+    engines = [_Engine(cost) for _ in calls]
     for engine, mine in zip(engines, calls):
         for call in mine:
             call = [int(r) for r in call]
@@ -190,45 +181,47 @@ def simulate_queue(prompt_lens, response_lens, order: Sequence[int], consumers: 
     engines take the next chunk when their generate ends. Ties go to the lower engine index."""
     from mindspeed_rl.utils.rollout_queue import RolloutQueue
     prompt, resp = _lengths(prompt_lens, response_lens)
-    _check_mode(mode, cap, chunk)
+    _check_mode(mode, cap)
+    if mode == CHUNKS and (chunk is None or chunk < 1):
+        raise ValueError(f"simulate: chunks need chunk >= 1 rows, got {chunk!r}")
     _positive_count("consumers", consumers)
     order = [int(r) for r in order]
     start, finish = np.full(prompt.size, np.nan), np.full(prompt.size, np.nan)
     queue = RolloutQueue()
     queue.load("replay", len(order), consumers, chunk if mode == CHUNKS else None, take_cap, groups, prior)
-    engines = [_Engine(e, cost, cap or 1) for e in range(consumers)]
+    engines = [_Engine(cost) for _ in range(consumers)]
     seqs = [0] * consumers
     position_of = {row: p for p, row in enumerate(order)}
 
-    def take(engine: _Engine, want: int) -> List[int]:
+    def take(index: int, want: int) -> List[int]:
+        engine = engines[index]
         progress = [(position_of[r], engine.step - engine.admitted[r]) for _, r in engine.live]
         progress += [(position_of[r], int(resp[r])) for r in engine.finished]
         engine.finished = []
-        positions = queue.take("replay", engine.index, seqs[engine.index], want, progress)
-        seqs[engine.index] += 1
+        positions = queue.take("replay", index, seqs[index], want, progress)
+        seqs[index] += 1
         return [order[p] for p in positions]
 
     ready = []  # (time of the engine's next event, engine index)
-    for engine in engines:
+    for index, engine in enumerate(engines):
         if mode == CHUNKS:
-            heapq.heappush(ready, (0.0, engine.index))
+            heapq.heappush(ready, (engine.clock, index))
             continue
-        engine.admit(take(engine, cap), prompt, resp, start)
+        engine.admit(take(index, cap), prompt, resp, start)
         if engine.live:
-            heapq.heappush(ready, (_next_cost(engine), engine.index))
+            heapq.heappush(ready, (_next_cost(engine), index))
     while ready:
         _, index = heapq.heappop(ready)
         engine = engines[index]
-        if mode == CHUNKS:
-            rows = take(engine, chunk)
+        if mode == CHUNKS:  # the chunk's rows whatever is asked for
+            rows = take(index, chunk)
             if rows:
                 engine.run_chunk(rows, prompt, resp, start, finish)
                 heapq.heappush(ready, (engine.clock, index))
             continue
-        engine.advance(finish)
-        free = cap - len(engine.live)
-        if free > 0 and queue.left:
-            engine.admit(take(engine, free), prompt, resp, start)
+        engine.advance(finish)  # a row finished: a slot is free
+        if queue.left:
+            engine.admit(take(index, cap - len(engine.live)), prompt, resp, start)
         if engine.live:
             heapq.heappush(ready, (engine.clock + _next_cost(engine), index))
     return Replay(np.array([e.clock for e in engines]), [e.rows for e in engines], start, finish)

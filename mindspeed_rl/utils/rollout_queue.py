@@ -23,6 +23,7 @@ A take is keyed by ``(consumer, seq)``: asking again with the same key returns t
 peers that must generate together (a TP-sharded model's generate is a collective) ask as one consumer and so
 get the same rows in the same order; a repeated request after a lost reply is answered, not served twice.
 """
+import hashlib
 import math
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -39,13 +40,9 @@ def _positive(name: str, value, optional: bool = False) -> None:
 
 class RolloutQueue:
     def __init__(self):
-        self.key = None
-        self.rows, self.consumers = 0, 1
-        self.chunk: Optional[int] = None
-        self.cap: Optional[int] = None
+        self.key = None  # no round yet: every take is refused
         self.left = 0
         self._takes: Dict[Tuple[int, int], List[int]] = {}
-        self._next: Dict[int, int] = {}
 
     def load(self, key, rows: int, consumers: int, chunk: Optional[int] = None, cap: Optional[int] = None,
              groups: Optional[Sequence[int]] = None, prior: Optional[Sequence[float]] = None) -> int:
@@ -68,9 +65,8 @@ class RolloutQueue:
         self.left = rows
         self._takes, self._next = {}, {}
         # groups renumbered 0 .. G-1 in order of first appearance; each keeps its untaken positions in order
-        _, first, self._group = np.unique(groups, return_index=True, return_inverse=True)
-        rank = np.argsort(np.argsort(first))
-        self._group = rank[self._group.reshape(-1)]
+        _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
+        self._group = np.argsort(np.argsort(first))[inverse]
         self._members: List[List[int]] = [[] for _ in range(first.size)]
         for position, g in enumerate(self._group.tolist()):
             self._members[g].append(position)
@@ -89,8 +85,9 @@ class RolloutQueue:
         """Positions for ``consumer``'s ``seq``-th take of round ``key`` (``want``: the engine's free slots; a
         chunked queue hands whole chunks whatever ``want`` is). ``progress``: (position, tokens) of rows the
         consumer runs or finished, the evidence for their groups. Empty once the queue is drained."""
-        if key != self.key:
-            raise ValueError(f"rollout queue: a take for round {key!r}, but the queue holds round {self.key!r}")
+        if self.key is None or key != self.key:
+            raise ValueError(f"rollout queue: a take for round {key!r}, but the queue holds "
+                             + (f"round {self.key!r}" if self.key is not None else "no round"))
         if isinstance(consumer, bool) or not 0 <= consumer < self.consumers:
             raise ValueError(f"rollout queue: consumer {consumer!r} is outside [0, {self.consumers})")
         memo = self._takes.get((consumer, seq))
@@ -227,9 +224,8 @@ class PromptLengths:
 
     @staticmethod
     def key(prompt) -> bytes:
-        import hashlib
-        array = np.ascontiguousarray(np.asarray(prompt).reshape(-1).astype(np.int64))
-        return hashlib.blake2b(array.tobytes(), digest_size=12).digest()
+        """The prompt's token ids as int64 bytes (whatever their dtype), hashed."""
+        return hashlib.blake2b(np.asarray(prompt).astype(np.int64).tobytes()).digest()
 
     def expect(self, prompts: Sequence) -> np.ndarray:
         """Expected response length per prompt (NaN: never seen)."""

@@ -262,7 +262,7 @@ class RayActorGroup(UpstreamGroupIO):
     def _rollout_queue(self):
         """This group's RolloutQueue actor (made on first use, ended with the group)."""
         if self.queue is None:
-            self.queue = ray.remote(num_cpus=0)(RolloutQueue).remote()
+            self.queue = ray.remote(RolloutQueue).options(num_cpus=0).remote()
         return self.queue
 
     def run_queued_stage(self, group, queued, **context) -> Tuple[List[Dict[str, float]], list]:

@@ -12,7 +12,7 @@ from mindspeed_rl.config_cls.stages import ROLLOUT
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.trainer.utils.rollout_balance import queue_figures, rollout_figures, static_calls
 from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
-from mindspeed_rl.utils.rollout_cost import StepCost, simulate_static
+from mindspeed_rl.utils.rollout_cost import StepCost, fit_step_cost, simulate_queue, simulate_static
 from mindspeed_rl.utils.seqlen_balancing import imbalance
 
 N = 2  # samples per prompt
@@ -103,40 +103,119 @@ def test_engines_and_takes_follow_the_backend():
     assert hf.rollout_consumers == 2 and hf.rollout_takes(stage) == (4, None)
 
 
-def test_the_figures_measure_the_engines_and_replay_the_static_split():
-    prompt, resp = np.array([4, 4, 4, 4]), np.array([6, 1, 1, 1])
-    traces = [{"consumer": 0, "rows": [0], "busy": 6.0, "latency": [6.0], "trace": [(1, 1, 4, 1.0)] * 6},
-              {"consumer": 1, "rows": [1, 2, 3], "busy": 3.0, "latency": [1.0] * 3, "trace": [(1, 1, 4, 1.0)] * 3}]
-    metrics, plan = queue_figures("actor_rollout", [0, 1, 2, 3], prompt, resp, traces, 2, None, None, 1,
-                                  [[0, 1], [2, 3]])
-    key = "dp_balance/actor_rollout/"
-    assert metrics[key + "rank_imbalance"] == pytest.approx(imbalance([6.0, 3.0]))
-    assert metrics[key + "rank0"] == 6.0 and metrics[key + "rows/rank1"] == 3.0
-    assert metrics[key + "bound_s"] == 6.0 and metrics[key + "bound_gap"] == 0.0
-    # every step took a second: the static split of [0, 1] / [2, 3] runs 7 and 2 steps
-    assert metrics[key + "cost_per_step_ms"] == pytest.approx(1000.0)
-    assert metrics[key + "static_s"] == pytest.approx(7.0) and plan["random_loads"] == pytest.approx([7.0, 2.0])
-    assert metrics[key + "static_gain"] == pytest.approx(7 / 6)
-    assert plan["loads"] == [6.0, 3.0] and plan["sizes"] == [1, 3] and plan["served"] == "queue"
+def _traces(busy, rows, latency, records):
+    return [{"consumer": c, "rows": r, "busy": b, "latency": l, "trace": t}
+            for c, (b, r, l, t) in enumerate(zip(busy, rows, latency, records))]
 
 
-def test_untimed_traces_give_the_measured_figures_only():
-    traces = [{"consumer": 0, "rows": [0, 1], "busy": 0.0, "latency": [0.0, 0.0], "trace": []}]
+def _expected(name, busy, rows, latency, static, replay, cost):
+    """Every figure of a round, computed here from its parts."""
+    key = lambda stat: f"dp_balance/{name}/{stat}"  # noqa: E731
+    stage, bound = max(busy), max(np.mean(busy), max(latency))
+    out = {key("rank_imbalance"): stage / np.mean(busy) - 1, key("stage_s"): stage, key("bound_s"): bound,
+           key("bound_gap"): stage / bound - 1, key("static_s"): static.stage, key("static_gain"): static.stage / stage,
+           key("replay_s"): replay.stage, key("replay_error"): replay.stage / stage - 1,
+           key("cost_per_step_ms"): cost.per_step * 1e3, key("cost_per_seq_ms"): cost.per_seq * 1e3,
+           key("cost_per_prefill_token_ms"): cost.per_prefill_token * 1e3}
+    for c, (b, r) in enumerate(zip(busy, rows)):
+        out[key(f"rank{c}")], out[key(f"rows/rank{c}")] = b, float(len(r))
+    return out
+
+
+COST = StepCost(0.5, 0.25, 0.125)
+
+
+def _records(cost, steps_live_prefill):
+    return [(s, l, p, cost.of(s, l, p)) for s, l, p in steps_live_prefill]
+
+
+@pytest.mark.parametrize("chunk, take_cap", [(None, 1), (2, None)])
+def test_the_figures_measure_the_engines_and_replay_the_static_split(chunk, take_cap):
+    prompt, resp = np.array([4, 2, 4, 3, 1, 2]), np.array([6, 1, 1, 5, 2, 1])
+    groups, prior = [0, 0, 1, 1, 2, 2], [np.nan, np.nan, 9.0, 9.0, 1.0, 1.0]
+    busy, rows, latency = [6.0, 4.0], [[0, 1, 4], [2, 3, 5]], [[3.0, 1.0, 2.0], [1.0, 3.0, 1.0]]
+    records = [_records(COST, [(1, 2, 4), (1, 3, 0), (2, 1, 0)]), _records(COST, [(1, 1, 2), (3, 2, 5)])]
+    split = [[0, 3], [1, 4], [2, 5]]
+    metrics, plan = queue_figures("actor_rollout", list(range(6)), prompt, resp, _traces(busy, rows, latency, records),
+                                  2, chunk, take_cap, 2, split, groups, prior)
+    mode = "chunks" if chunk else "continuous"
+    cost = fit_step_cost(np.concatenate(records))
+    static = simulate_static(prompt, resp, [[[0, 3], [2, 5]], [[1, 4]]], cost, mode, cap=2)
+    replay = simulate_queue(prompt, resp, range(6), 2, cost, mode, cap=2, chunk=chunk, take_cap=take_cap,
+                            groups=groups, prior=prior)
+    want = _expected("actor_rollout", busy, rows, [x for l in latency for x in l], static, replay, cost)
+    assert metrics.keys() == want.keys() and metrics == pytest.approx(want)
+    assert plan == {"consumer": "actor_rollout", "objective": "seconds", "balanced": True, "served": "queue",
+                    "loads": busy, "random_loads": pytest.approx(static.busy.tolist()), "sizes": [3, 3]}
+    assert metrics["dp_balance/actor_rollout/bound_gap"] == pytest.approx(0.2)  # 6 s over a bound of 5 (the mean)
+    assert all(type(size) is int for size in plan["sizes"])  # counts, as balance.jsonl writes them
+    # the replay is the queue's own: without its groups and prior, its cap, or its chunks it comes out otherwise
+    if chunk is None:
+        others = [dict(take_cap=take_cap), dict(take_cap=None, groups=groups, prior=prior)]
+    else:
+        others = [dict(mode="continuous", take_cap=None, groups=groups, prior=prior)]
+    for other in others:
+        other = {"mode": mode, "chunk": chunk, **other}
+        again = simulate_queue(prompt, resp, range(6), 2, cost, cap=2, **other)
+        assert again.finish.tolist() != replay.finish.tolist(), other
+
+
+def test_the_static_split_is_replayed_in_the_backends_mode():
+    prompt, resp = np.array([1, 1, 1, 1]), np.array([4, 1, 1, 1])
+    traces = _traces([4.0, 2.0], [[0], [1, 2, 3]], [[4.0], [1.0, 1.0, 1.0]],
+                     [[(1, 1, 0, 1.0)] * 4, [(1, 2, 0, 1.0)] * 2])  # a second a step, however many rows
+    continuous, _ = queue_figures("r", [0, 1, 2, 3], prompt, resp, traces, 2, None, None, 1, [[0, 1], [2, 3]])
+    chunks, _ = queue_figures("r", [0, 1, 2, 3], prompt, resp, traces, 2, 2, None, 1, [[0, 1], [2, 3]])
+    # one slot a step: 4 + 1 steps for rows 0, 1 one after the other; as one generate, 4 steps for both
+    assert continuous["dp_balance/r/static_s"] == pytest.approx(5.0) and chunks["dp_balance/r/static_s"] == pytest.approx(4.0)
+
+
+def test_figures_of_a_round_without_time():
+    traces = _traces([0.0], [[0, 1]], [[0.0, 0.0]], [[]])
     metrics, plan = queue_figures("actor_rollout", [0, 1], [1, 1], [1, 1], traces, 1, 2, None, 1, [[0, 1]])
-    assert "dp_balance/actor_rollout/static_s" not in metrics and plan["random_loads"] == [0.0]
+    assert metrics == {"dp_balance/actor_rollout/rank_imbalance": 0.0, "dp_balance/actor_rollout/stage_s": 0.0,
+                       "dp_balance/actor_rollout/bound_s": 0.0, "dp_balance/actor_rollout/bound_gap": 0.0,
+                       "dp_balance/actor_rollout/rank0": 0.0, "dp_balance/actor_rollout/rows/rank0": 2.0}
+    assert plan["random_loads"] == [0.0]
+    # timed steps but no busy time measured: the replay runs, its ratios fall back to 1 and 0
+    traces = _traces([0.0], [[0, 1]], [[0.0, 0.0]], [[(1, 2, 2, 0.5)]])
+    metrics, _ = queue_figures("actor_rollout", [0, 1], [1, 1], [1, 1], traces, 1, 2, None, 1, [[0, 1]])
+    assert metrics["dp_balance/actor_rollout/static_gain"] == 1.0
+    assert metrics["dp_balance/actor_rollout/replay_error"] == 0.0 and metrics["dp_balance/actor_rollout/static_s"] > 0
+    # steps recorded but none took time: nothing to fit, no replay
+    traces = _traces([0.0], [[0, 1]], [[0.0, 0.0]], [[(1, 2, 2, 0.0)]])
+    metrics, _ = queue_figures("actor_rollout", [0, 1], [1, 1], [1, 1], traces, 1, 2, None, 1, [[0, 1]])
+    assert "dp_balance/actor_rollout/static_s" not in metrics
+    # no consumer returned rows at all: the measured figures only
+    metrics, plan = queue_figures("actor_rollout", [0, 1], [1, 1], [1, 1], [], 2, 2, None, 1, [[0], [1]])
+    assert metrics["dp_balance/actor_rollout/stage_s"] == 0.0 and plan["sizes"] == [0, 0]
+    assert "dp_balance/actor_rollout/static_s" not in metrics
+    # under a second: the ratios are ratios
+    traces = _traces([0.5, 0.3], [[0], [1]], [[0.25], [0.25]], [[(1, 2, 2, 0.25), (1, 1, 0, 0.25)], []])
+    metrics, _ = queue_figures("actor_rollout", [0, 1], [1, 1], [2, 1], traces, 2, None, None, 2, [[0], [1]])
+    assert metrics["dp_balance/actor_rollout/static_gain"] == pytest.approx(metrics["dp_balance/actor_rollout/static_s"]
+                                                                            / 0.5)
+    assert metrics["dp_balance/actor_rollout/static_gain"] != 1.0
+    assert metrics["dp_balance/actor_rollout/bound_gap"] == pytest.approx(0.5 / 0.4 - 1)
 
 
-def test_the_static_split_is_the_planners_draw_of_the_round():
-    dock = _dock(_plan(max_num_seqs=2))
-    queued = dock.queue_round(GROUP)
-    dock.put_queued(GROUP, queued.order, [_made(list(range(8)), [3, 1, 4, 1, 5, 9, 2, 6])])
-    traces = [{"consumer": 0, "rows": list(range(8)), "busy": 1.0, "latency": [0.1] * 8,
-               "trace": [(1, 2, 0, 0.01)] * 10},
-              {"consumer": 1, "rows": [], "busy": 0.5, "latency": [], "trace": [(1, 1, 0, 0.01)]}]
-    twin = _dock(_plan(max_num_seqs=2))  # the same round: the planner draws the same split
-    split = twin.planner.random_split(8, 2)
-    metrics, plan = rollout_figures(dock, dock.run_plan.stages[ROLLOUT.name], queued, traces)
-    expected = simulate_static([3, 3, 5, 5, 2, 2, 4, 4], [3, 1, 4, 1, 5, 9, 2, 6], static_calls(split, 2),
-                               StepCost(0.01, 0.0, 0.0), cap=2)
-    assert plan["random_loads"] == pytest.approx(expected.busy.tolist())
+@pytest.mark.parametrize("backend, rows_per_share", [("vllm", 2), ("hf", 2), ("hf", 8)])
+def test_the_round_figures_come_from_the_dock_the_plan_and_the_planners_draw(backend, rows_per_share):
+    plan = _plan(backend, rows_per_share=rows_per_share, max_num_seqs=3)
+    docks = [_dock(plan), _dock(plan)]  # the same round twice: the planner draws the same split
+    lengths = [3, 1, 4, 1, 5, 9, 2, 6]
+    for dock in docks:  # a first round teaches the dock its prompts' lengths: the second has a prior
+        dock.put_queued(GROUP, dock.queue_round(GROUP).order, [_made(list(range(8)), lengths)])
+        dock.start_round({"prompts": [torch.arange(p) + 10 * i for i, p in enumerate((3, 5, 2, 4))]})
+    queued = docks[0].queue_round(GROUP)
+    assert queued.prior[::N] == [2.0, 2.5, 7.0, 4.0]
+    docks[0].put_queued(GROUP, queued.order, [_made([0, 1, 2, 3], lengths[:4]), _made([4, 5, 6, 7], lengths[4:])])
+    traces = _traces([1.0, 1.5], [[0, 1, 2, 3], [4, 5, 6, 7]], [[0.1] * 4, [0.2] * 4],
+                     [[(1, 2, 3, 0.01), (1, 3, 0, 0.02)], [(1, 1, 0, 0.01), (2, 3, 4, 0.05)]])
+    metrics, record = rollout_figures(docks[0], plan.stages[ROLLOUT.name], queued, traces)
+    split = [np.arange(8)[s] for s in docks[1].planner.random_split(8, 8 // rows_per_share)]  # one call a share
+    chunk, take_cap = (None, rows_per_share) if backend == "vllm" else (rows_per_share, None)
+    want, want_record = queue_figures(ROLLOUT.name, list(range(8)), [3, 3, 5, 5, 2, 2, 4, 4], lengths, traces, 2,
+                                      chunk, take_cap, 3, split, queued.groups, queued.prior)
+    assert metrics == want and record == want_record
     assert static_calls([[1], [2], [3]], 2) == [[[1], [3]], [[2]]]

@@ -109,9 +109,12 @@ def test_a_repeated_take_is_answered_not_served_twice():
 
 @pytest.mark.parametrize("call, message", [
     (lambda q: q.take(2, 0, 0, 1), "a take for round 2, but the queue holds round 1"),
-    (lambda q: q.take(1, 3, 0, 1), r"consumer 3 is outside \[0, 2\)"),
+    (lambda q: q.take(1, 2, 0, 1), r"consumer 2 is outside \[0, 2\)"),
     (lambda q: q.take(1, -1, 0, 1), r"consumer -1 is outside \[0, 2\)"),
-    (lambda q: q.report([(6, 3)]), r"progress names position 6, outside \[0, 6\)"),
+    (lambda q: q.take(1, True, 0, 1), r"consumer True is outside \[0, 2\)"),
+    (lambda q: q.take(1, 1, 1, 1), "consumer 1 asked for take 1, expected take 0"),
+    (lambda q: q.report([(0, 3), (6, 3)]), r"progress names position 6, outside \[0, 6\)"),
+    (lambda q: q.report([(0, 3), (-1, 3)]), r"progress names position -1, outside \[0, 6\)"),
     (lambda q: q.load(1, 0, 2), "rows must be a positive int, got 0"),
     (lambda q: q.load(1, 4, True), "consumers must be a positive int, got True"),
     (lambda q: q.load(1, 4, 2, chunk=0), "chunk must be a positive int or None, got 0"),
@@ -123,9 +126,31 @@ def test_a_repeated_take_is_answered_not_served_twice():
 def test_bad_calls_name_what_is_wrong_and_change_nothing(call, message):
     queue = RolloutQueue()
     queue.load(1, 6, 2, groups=np.arange(6) // 3)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=f"^rollout queue: {message}$"):
         call(queue)
-    assert queue.key == 1 and queue.left == 6 and queue.rows == 6
+    assert queue.key == 1 and queue.left == 6 and queue.rows == 6 and queue.consumers == 2
+
+
+def test_a_queue_without_a_round_refuses_takes():
+    queue = RolloutQueue()
+    assert queue.left == 0 and queue.taken() == {}
+    with pytest.raises(ValueError, match="^rollout queue: a take for round None, but the queue holds no round$"):
+        queue.take(None, 0, 0, 1)
+
+
+def test_with_nothing_known_every_group_ranks_alike():
+    queue = RolloutQueue()
+    queue.load(1, 6, 1, groups=[0, 0, 1, 1, 2, 2])
+    assert list(queue.expected()) == [0.0, 0.0, 0.0]
+
+
+def test_groups_and_prior_as_columns_read_as_rows():
+    flat, column = RolloutQueue(), RolloutQueue()
+    groups, prior = np.repeat([0, 1, 2], 2), np.repeat([5.0, 50.0, np.nan], 2)
+    flat.load(1, 6, 1, groups=groups, prior=prior)
+    column.load(1, 6, 1, groups=groups.reshape(-1, 1), prior=prior.reshape(-1, 1))
+    assert list(column.expected()) == list(flat.expected()) == [5.0, 50.0, 27.5]
+    assert column.take(1, 0, 0, 6) == flat.take(1, 0, 0, 6) == [2, 4, 0, 3, 5, 1]
 
 
 def test_a_local_source_asks_once_at_a_time_and_marks_the_end():
@@ -133,7 +158,9 @@ def test_a_local_source_asks_once_at_a_time_and_marks_the_end():
     queue.load(3, 5, 1, chunk=2)
     asked = []
     source = LocalSource(queue, 0, order=[40, 41, 42, 43, 44], inputs={"prompts": list("abcde")})
-    assert source.poll(block=False) is None and not source.waiting
+    assert source.poll() is None and not source.waiting  # a plain poll does not ask
+    source.request(0, progress=lambda: asked.append("none wanted") or [])
+    assert not source.waiting and asked == []
     source.request(2, progress=lambda: asked.append("sent") or [])
     source.request(2, progress=lambda: asked.append("again") or [])  # one request at a time
     assert source.waiting and asked == ["sent"]
@@ -145,6 +172,15 @@ def test_a_local_source_asks_once_at_a_time_and_marks_the_end():
     assert len(source.poll(block=True)) == 0 and source.drained
     source.request(5)
     assert source.poll(block=True) is None  # drained: nothing more is asked
+
+
+def test_a_local_sources_progress_reaches_the_queue_and_a_bare_blocking_poll_asks_for_one_row():
+    queue = RolloutQueue()
+    queue.load(1, 6, 1, groups=np.arange(6) // 2)
+    source = LocalSource(queue, 0, order=list(range(6)), inputs={"prompts": list(range(6))})
+    assert source.poll(block=True).positions == [0]
+    source.request(1, progress=lambda: [(0, 9)])
+    assert source.poll().positions == [2] and list(queue.expected()) == [9.0, 9.0, 9.0]  # the probe of group 1
 
 
 def test_prompt_lengths_average_a_group_and_keep_the_newest_round():

@@ -3,12 +3,15 @@ rank's worker object here and hands back finished (or failed, or never finishing
 checked: the actor options per accelerator, the start sequence, results in rank order, the one error a
 failing or silent rank ends a command with, the pick of the root cause, and the teardown.
 The real Ray runs in test_launcher.py and test_worker_faults.py."""
+import dataclasses
+
 import pytest
 import ray
 
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan, Timeouts
 from mindspeed_rl.config_cls.stages import TRAIN
 from mindspeed_rl.trainer.stage_runner import StageGroup
+from mindspeed_rl.trainer.utils.transfer_dock import QueueRound
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.scheduler import launcher
 
@@ -101,7 +104,8 @@ class Actor:
     """An actor handle over a worker object in this process: ``handle.method.remote(...)`` runs it now."""
 
     def __init__(self, obj, fake, rank=None, error=None):
-        self.obj, self.rank, self.gone, self.fake, self.error = obj, rank if obj is None else obj.rank, False, fake, error
+        self.obj, self.gone, self.fake, self.error = obj, False, fake, error
+        self.rank = rank if obj is None else getattr(obj, "rank", "queue")
 
     @classmethod
     def start(cls, worker, kwargs, fake):
@@ -458,6 +462,38 @@ def test_run_stage_sends_each_dp_rank_its_rows_and_keeps_the_tp_sources_outputs(
     group = launcher.RayActorGroup(Stage, _plan(world=4))
     with pytest.raises(RuntimeError, match=r"^worker rank 1 failed in 'stage_x': ValueError: bad rows$"):
         group.run_stage(stage, [[[0]]] * 4, ["b0", "bad", "b2", "b3"])
+
+
+def test_a_queued_stage_loads_the_groups_queue_and_every_rank_takes_from_it(monkeypatch):
+    class Queued(Worker):
+        def run_queued_stage(self, group, order, batch, queue, key, **context):
+            rows = queue.obj.take(key, self.rank // 2, 0, 8)  # TP peers (ranks 0-1, 2-3) ask as one consumer
+            if context.get("iteration") == -1:
+                raise ValueError("bad round")
+            out = None if self.rank % 2 else f"out {self.rank}"
+            return {"rank": self.rank, "batch": batch, "key": key, **context}, out, out and {"rows": rows}
+
+    fake = FakeRay().install(monkeypatch)
+    plan = _plan(world=4, tp=2)
+    rollout = StagePlan("stage_q", 2, 1, False, stage=TRAIN, queued=True)
+    plan = dataclasses.replace(plan, stages={"stage_q": rollout})
+    group = launcher.RayActorGroup(Queued, plan)
+    stage = StageGroup.of(rollout)
+    queued = QueueRound([5, 6, 7, 8], "the round's inputs", [0, 0, 1, 1], [float("nan")] * 4)
+    metrics, made = group.run_queued_stage(stage, queued, iteration=4)
+    queue = group.queue.obj
+    # one queue of the round: its rows, one consumer per TP group (transformers generate), chunks of rows_per_share
+    assert (queue.key, queue.rows, queue.consumers, queue.chunk, queue.cap) == (1, 4, 2, 2, None)
+    # the inputs go into the object store once; every rank gets the same object and the round's key
+    assert fake.put == ["the round's inputs"] and [m["batch"] for m in metrics] == [("put", 0)] * 4
+    assert [m["key"] for m in metrics] == [1] * 4 and all(m["iteration"] == 4 for m in metrics)
+    assert made == [("out 0", {"rows": [0, 1]}), ("out 2", {"rows": [2, 3]})]
+    group.run_queued_stage(stage, queued._replace(batch="next round"))
+    assert group.queue.obj is queue and queue.key == 2  # the next round in the same queue
+    fake.killed.clear()
+    with pytest.raises(RuntimeError, match=r"^worker rank 0 failed in 'stage_q': ValueError: bad round$"):
+        group.run_queued_stage(stage, queued, iteration=-1)
+    assert fake.killed == [0, 1, 2, 3, "queue"] and group.queue is None  # the group's end ends its queue
 
 
 def test_the_group_commands_return_rank_zeros_answer(monkeypatch):
