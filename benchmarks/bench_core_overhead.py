@@ -1,6 +1,6 @@
 """Non-compute CPU per GRPO iteration: driver + dock + Ray, on the tiny config.
 
-The real trainer, dock, launcher and workers run on a local Ray with DP=2;
+The real trainer, dock, launcher, workers and rollout queue run on a local Ray with DP=2;
 only the model engine is replaced by a stand-in that does (almost) no
 arithmetic, so the CPU seconds every process of the run spends per iteration
 (driver with its dock, worker actors; user + system, all threads) are the cost
@@ -101,16 +101,18 @@ def measure(iters: int, repeats: int, warmup: int = 3):
             done = warmup
             trainer.train_iters = done
             _quiet(trainer.fit, data)
+            if group.queue is not None:  # the rollout queue's actor (made by the first round) counts too
+                pids.append(ray.get(group.queue.__ray_call__.remote(lambda self: os.getpid())))
             per_iter, wall = [], []
             for _ in range(repeats):
                 cpu0, t0 = _cpu(pids), time.perf_counter()
                 trainer.train_iters = done + iters
                 _quiet(trainer.fit, data, start_iteration=done)
-                per_iter.append((_cpu(pids) - cpu0) / iters)  # driver (with its dock), worker ranks
+                per_iter.append((_cpu(pids) - cpu0) / iters)  # driver (with its dock), worker ranks, queue
                 wall.append((time.perf_counter() - t0) / iters)
                 done += iters
             logger.close()
-        return np.array(per_iter), np.array(wall)
+        return np.array(per_iter), np.array(wall), len(group.actors)
     finally:
         if group is not None:
             group.shutdown()
@@ -134,14 +136,18 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="2 blocks of 4 iterations")
     args = parser.parse_args(argv)
     iters, repeats = (4, 2) if args.quick else (args.iters, args.repeats)
-    parts, wall = measure(iters, repeats)
+    parts, wall, ranks = measure(iters, repeats)
     cpu = parts.sum(axis=1)
     ok = float(np.median(cpu)) <= args.target
     print(f"\nnon-compute CPU per iteration, tiny config, DP=2 ({repeats} blocks x {iters} iterations, "
           f"stand-in engine)")
     print(f"{'what':<34} {'median':>8} {'min':>8} {'max':>8}")
     print(f"{'CPU-s / iteration (all processes)':<34} {np.median(cpu):>8.4f} {cpu.min():>8.4f} {cpu.max():>8.4f}")
-    for name, col in (("  driver (holds the dock)", parts[:, 0]), ("  workers (all ranks)", parts[:, 1:].sum(1))):
+    rows = [  # columns: the driver, the ranks, then the rollout queue's actor
+        ("  driver (holds the dock)", parts[:, 0]), ("  workers (all ranks)", parts[:, 1:1 + ranks].sum(1))]
+    if parts.shape[1] > 1 + ranks:
+        rows.append(("  rollout queue actor", parts[:, 1 + ranks:].sum(1)))
+    for name, col in rows:
         print(f"{name:<34} {np.median(col):>8.4f} {col.min():>8.4f} {col.max():>8.4f}")
     print(f"{'wall s / iteration':<34} {np.median(wall):>8.4f} {wall.min():>8.4f} {wall.max():>8.4f}")
     print(f"target: median CPU-s / iteration <= {args.target:g}: {'PASS' if ok else 'FAIL'}")

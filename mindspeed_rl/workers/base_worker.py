@@ -15,7 +15,7 @@ from mindspeed_rl.config_cls.base_config import BaseConfig
 from mindspeed_rl.models.device import get_device, get_dist_backend
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch, cpu_batch
 from mindspeed_rl.workers.parallel_state import ParallelState
-from mindspeed_rl.utils.rollout_queue import LocalSource
+from mindspeed_rl.utils.rollout_queue import LocalSource, RolloutQueue
 from mindspeed_rl.workers.rollout_source import RaySource
 
 
@@ -113,14 +113,13 @@ class BaseWorker(UpstreamWorkerIO):
         stage = self.run_plan.stages.get(group.names[0])
         if stage is None or not stage.queued:
             raise ValueError(f"rank {self.rank}: the run plan has no queued stage '{group.names[0]}'")
-        batch = batch if isinstance(batch, ColumnBatch) else ColumnBatch(batch)
         consumer, returns = self.rollout_consumer()
         inputs = {c: batch[c] for c in stage.inputs}
-        if isinstance(queue, ray.actor.ActorHandle):
+        if isinstance(queue, RolloutQueue):  # a queue in this process (tests, a single-process driver)
+            source = LocalSource(queue, consumer, order, inputs)
+        else:  # the launcher's queue actor
             source = RaySource(queue, key, consumer, order, inputs,
                                deadline=time.monotonic() + self.run_plan.timeouts.stage_deadline)
-        else:  # a queue in this process (tests, a single-process driver)
-            source = LocalSource(queue, consumer, order, inputs)
         metrics, output, trace = getattr(self, stage.stage.queue_method)(source, **context)
         if not returns:
             return metrics, None, None

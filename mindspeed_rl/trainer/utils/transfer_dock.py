@@ -315,9 +315,10 @@ class DriverDock:
         order) of consumer k. Together the rows must be ``order`` exactly once each; every check runs before
         anything is written."""
         name = f"put_queued({group.name!r})"
+        none = torch.zeros(0, dtype=torch.int64)
         rows = [torch.as_tensor(list(r), dtype=torch.int64) for r, _ in made]
-        every = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
-        owner = torch.cat([torch.full((r.numel(),), k) for k, r in enumerate(rows)]) if rows else every
+        every = torch.cat([none] + rows)
+        owner = torch.cat([none] + [torch.full((r.numel(),), k) for k, r in enumerate(rows)])
         ranked, index = every.sort()
         twice = (ranked[1:] == ranked[:-1]).nonzero()
         if twice.numel():
@@ -338,21 +339,20 @@ class DriverDock:
                 columns, parts = self._as_flat(out)
                 if sorted(columns) != expected:
                     raise ValueError(f"gave columns {columns}, the stage writes {expected}")
-                self._checked_put(columns, parts, self._check_indexes(mine, "put experience"))
+                self._checked_put(columns, parts, mine)  # the rows are the round's: valid and distinct
             except ValueError as err:
                 raise ValueError(f"{name}: consumer {consumer}: {err}") from None
             checked.append((columns, parts, mine))
         for part in checked:  # every consumer checked before anything is written
             self._write(*part)
-        self._remember_lengths(want)
+        self._remember_lengths(want.numel())
 
-    def _remember_lengths(self, rows: Tensor) -> None:
-        """Each group's mean response length among ``rows`` (whole groups), for the next rounds' queue order."""
+    def _remember_lengths(self, rows: int) -> None:
+        """Each group's mean response length in this round's ``rows`` rows (0 .. rows-1, whole groups), for the
+        next rounds' queue order."""
         n = self.n_samples_per_prompt
-        groups = torch.unique(rows // n)
-        members = group_rows(groups, n)
-        lengths = self.experience_lengths["response_length"][members].double().view(-1, n).mean(dim=1)
-        self.prompt_lengths.update(self.experience_data["prompts"].views(groups * n), lengths.tolist())
+        lengths = self.experience_lengths["response_length"][:rows].double().view(-1, n).mean(dim=1)
+        self.prompt_lengths.update(self.experience_data["prompts"].views(torch.arange(0, rows, n)), lengths.tolist())
 
     def record_plan(self, plan: dict) -> None:
         """Keep a plan made outside the planner (a queued stage's served rows and times) for the round's report."""

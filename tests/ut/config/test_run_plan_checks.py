@@ -556,6 +556,15 @@ def test_deepseek_heads_count_only_where_transformers_splits_mla(monkeypatch, sp
     assert asked == []
 
 
+def test_whether_mla_splits_is_asked_of_the_familys_own_config():
+    from transformers import AutoConfig
+    from mindspeed_rl.config_cls import run_plan
+    from mindspeed_rl.models.sharding import splits_attention
+    for family in ("deepseek_v3", "qwen2"):
+        assert run_plan._family_splits_attention(family) == splits_attention(AutoConfig.for_model(family))
+    assert run_plan._family_splits_attention("qwen2") is True
+
+
 def test_sizes_are_not_checked_without_tp_or_without_a_model_section():
     odd = {"num_attention_heads": 3, "ffn_hidden_size": 129}
     assert _plan(actor=_model(**odd)).layout.tp == 1

@@ -353,6 +353,16 @@ def test_the_console_summary_has_each_figure_or_a_dash():
                                               "dp_balance/ref_log_prob/rank_imbalance": 0.125,
                                               "dp_balance/ref_log_prob/rank_imbalance_random": 0.5})
     assert line.endswith(" s=-/- ref_log_prob:imb=12.50%(random 50.00%) actor_train:imb=1.00%(random -)")
+    # the queued rollout first: its engines' imbalance, the static split's (replayed) and the distance to its bound
+    line = hybrid.RayGRPOTrainer._summary(3, {"dp_balance/actor_rollout/bound_gap": 0.034,
+                                              "dp_balance/actor_rollout/rank_imbalance": 0.009,
+                                              "dp_balance/actor_rollout/rank_imbalance_random": 0.064,
+                                              "dp_balance/actor_train/rank_imbalance": 0.01})
+    assert line.endswith(" s=-/- actor_rollout:imb=0.90%(static 6.40%) bound+3.4% actor_train:imb=1.00%(random -)")
+    line = hybrid.RayGRPOTrainer._summary(3, {"dp_balance/actor_rollout/bound_gap": 0.0})
+    assert line.endswith(" s=-/- actor_rollout:imb=-(static -) bound+0.0% ")
+    # a rollout without the queue's figures (guarantee_order) says nothing of it
+    assert "actor_rollout" not in hybrid.RayGRPOTrainer._summary(3, {"dp_balance/actor_rollout/rank_imbalance": 0.2})
 
 
 # ------------------------------------------------------------------ one real step

@@ -69,22 +69,57 @@ def test_the_prompts_lengths_order_the_next_round():
 
 
 @pytest.mark.parametrize("made, message", [
-    ([_made([0, 1, 2, 3], [1] * 4), _made([3, 4, 5, 6, 7], [1] * 5)], "row 3 was made by consumers 0 and 1"),
-    ([_made([0, 1, 2, 3], [1] * 4), _made([4, 5, 6], [1] * 3)], r"missing \[7\], not in the round \[\]"),
-    ([_made([0, 1, 2, 3, 4, 5, 6, 7, 9], [1] * 9)], r"missing \[\], not in the round \[9\]"),
+    ([_made([0, 1, 2, 3], [1] * 4), _made([3], [1]), _made([4, 5, 6, 7], [1] * 4)],
+     "row 3 was made by consumers 0 and 1"),
+    ([_made([0, 1, 2, 3], [1] * 4), _made([4, 5, 6], [1] * 3)], r"the consumers' rows do not cover the round: "
+     r"missing \[7\], not in the round \[\]"),
+    ([_made([0, 1, 2, 3, 4, 5, 6, 7, 9], [1] * 9)], r"the consumers' rows do not cover the round: missing \[\], "
+     r"not in the round \[9\]"),
+    ([], r"the consumers' rows do not cover the round: missing \[0, 1, 2, 3, 4, 5, 6, 7\], not in the round \[\]"),
     ([_made([0, 1, 2, 3], [1] * 4), ([4, 5, 6, 7], {"responses": [torch.ones(1)] * 4})],
-     "consumer 1: gave columns"),
+     r"consumer 1: gave columns \['responses'\], the stage writes \['response_length', 'responses'\]"),
     ([_made([0, 1, 2, 3], [1] * 4), ([4, 5, 6, 7], {"responses": [torch.ones(1)] * 3,
                                                     "response_length": [torch.ones(1)] * 4})],
-     "consumer 1: column .response_length. has 4 rows, but .responses. has 3"),
+     "consumer 1: column 'response_length' has 4 rows, but 'responses' has 3"),
 ])
 def test_a_bad_put_names_the_consumer_or_row_and_writes_nothing(made, message):
     dock = _dock()
     queued = dock.queue_round(GROUP)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=rf"^put_queued\('actor_rollout'\): {message}$"):
         dock.put_queued(GROUP, queued.order, made)
     assert int(dock.experience_data_status["responses"].sum()) == 0
     assert dock.prompt_lengths.lengths == {}
+
+
+def test_a_long_list_of_missing_rows_is_cut_at_sixteen():
+    dock = DriverDock(12, N, run_plan=_plan())
+    dock.start_round({"prompts": [torch.arange(3) + i for i in range(12)]})
+    queued = dock.queue_round(GROUP)
+    with pytest.raises(ValueError, match=r"missing \[2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17\], "):
+        dock.put_queued(GROUP, queued.order, [_made([0, 1], [1, 1])])
+    with pytest.raises(ValueError, match=r"not in the round \[24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, "
+                                         r"37, 38, 39\]$"):
+        dock.put_queued(GROUP, queued.order, [_made(list(range(44)), [1] * 44)])
+
+
+def test_a_consumer_that_made_nothing_is_passed_over():
+    dock = _dock()
+    queued = dock.queue_round(GROUP)
+    dock.put_queued(GROUP, queued.order, [_made([0, 1, 2], [1, 2, 3]), _made([], []), _made([3, 4, 5, 6, 7], [4] * 5)])
+    got = dock.get_rows(["response_length"], list(range(8)))["response_length"]
+    assert [int(x) for x in got] == [1, 2, 3, 4, 4, 4, 4, 4]
+
+
+def test_a_queued_round_needs_its_inputs_and_runs_alone():
+    dock = DriverDock(4, N, run_plan=_plan())
+    dock.put_experience({"prompts": [torch.arange(3)] * 8}, list(range(8)))  # no prompt_length
+    with pytest.raises(RuntimeError, match=r"^transfer dock: stage 'actor_rollout' needs data that was never put: "
+                                           r"'prompt_length' rows \[0, 1, 2, 3, 4, 5, 6, 7\]$"):
+        dock.queue_round(GROUP)
+    pair = StageGroup((ROLLOUT, ROLLOUT))
+    with pytest.raises(ValueError, match=r"^queue_round: a queued stage runs alone, got \['actor_rollout', "
+                                         r"'actor_rollout'\]$"):
+        _dock().queue_round(pair)
 
 
 def test_a_queued_stage_has_no_plan_and_a_planned_one_no_queue():

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import ray
 
+from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan, Timeouts
 from mindspeed_rl.config_cls.stages import TRAIN
 from mindspeed_rl.trainer.stage_runner import StageGroup
@@ -471,7 +472,8 @@ def test_a_queued_stage_loads_the_groups_queue_and_every_rank_takes_from_it(monk
             if context.get("iteration") == -1:
                 raise ValueError("bad round")
             out = None if self.rank % 2 else f"out {self.rank}"
-            return {"rank": self.rank, "batch": batch, "key": key, **context}, out, out and {"rows": rows}
+            return {"rank": self.rank, "batch": batch, "key": key, "names": group.names, "order": order,
+                    **context}, out, out and {"rows": rows}
 
     fake = FakeRay().install(monkeypatch)
     plan = _plan(world=4, tp=2)
@@ -480,10 +482,14 @@ def test_a_queued_stage_loads_the_groups_queue_and_every_rank_takes_from_it(monk
     group = launcher.RayActorGroup(Queued, plan)
     stage = StageGroup.of(rollout)
     queued = QueueRound([5, 6, 7, 8], "the round's inputs", [0, 0, 1, 1], [float("nan")] * 4)
+    fake.get_timeouts.clear()
     metrics, made = group.run_queued_stage(stage, queued, iteration=4)
     queue = group.queue.obj
+    assert fake.options[-1] == {"num_cpus": 0}  # the queue actor holds no CPU of the workers'
+    assert fake.get_timeouts[0] == 20.0  # loading the queue waits at most the stage deadline
     # one queue of the round: its rows, one consumer per TP group (transformers generate), chunks of rows_per_share
     assert (queue.key, queue.rows, queue.consumers, queue.chunk, queue.cap) == (1, 4, 2, 2, None)
+    assert all(m["names"] == ("stage_q",) and m["order"] == [5, 6, 7, 8] for m in metrics)
     # the inputs go into the object store once; every rank gets the same object and the round's key
     assert fake.put == ["the round's inputs"] and [m["batch"] for m in metrics] == [("put", 0)] * 4
     assert [m["key"] for m in metrics] == [1] * 4 and all(m["iteration"] == 4 for m in metrics)
@@ -494,6 +500,14 @@ def test_a_queued_stage_loads_the_groups_queue_and_every_rank_takes_from_it(monk
     with pytest.raises(RuntimeError, match=r"^worker rank 0 failed in 'stage_q': ValueError: bad round$"):
         group.run_queued_stage(stage, queued, iteration=-1)
     assert fake.killed == [0, 1, 2, 3, "queue"] and group.queue is None  # the group's end ends its queue
+    # vLLM: every rank an engine, continuous takes capped by rows_per_share; the round's groups and prior go along
+    spec = dataclasses.replace(plan.worker, rollout=RolloutSpec("vllm", "test"))
+    group = launcher.RayActorGroup(Queued, dataclasses.replace(plan, worker=spec))
+    group.run_queued_stage(stage, queued._replace(prior=[3.0, 3.0, float("nan"), float("nan")]))
+    queue = group.queue.obj
+    assert (queue.consumers, queue.chunk, queue.cap) == (4, None, 2)
+    assert list(queue.expected()) == [3.0, 3.0]  # two groups; group 0's prior, group 1 at the mean of the known
+
 
 
 def test_the_group_commands_return_rank_zeros_answer(monkeypatch):
