@@ -30,6 +30,18 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 
+class Take(list):
+    """The positions of one take, and ``left``: how many rows the queue still held when it was answered (0: the
+    round is drained; the taker need not ask again)."""
+
+    def __init__(self, positions=(), left: int = 0):
+        super().__init__(positions)
+        self.left = left
+
+    def __reduce__(self):
+        return Take, (list(self), self.left)
+
+
 def _positive(name: str, value, optional: bool = False) -> None:
     if optional and value is None:
         return
@@ -45,15 +57,19 @@ class RolloutQueue:
         self._takes: Dict[Tuple[int, int], List[int]] = {}
 
     def load(self, key, rows: int, consumers: int, chunk: Optional[int] = None, cap: Optional[int] = None,
-             groups: Optional[Sequence[int]] = None, prior: Optional[Sequence[float]] = None) -> int:
+             groups: Optional[Sequence[int]] = None, prior: Optional[Sequence[float]] = None,
+             first: Optional[int] = None) -> Dict[int, "Take"]:
         """Start round ``key`` of ``rows`` rows (positions 0 .. rows-1) for ``consumers`` consumers; the last
         round is forgotten. ``chunk``: fixed chunks of that many rows; else continuous takes of at most ``cap``
         rows, longest expected first: ``groups[p]`` is position p's group (default: one group per row),
-        ``prior[p]`` its group's expected length (NaN: unknown)."""
+        ``prior[p]`` its group's expected length (NaN: unknown). With ``first`` (the engines' free slots at the
+        start), every consumer's first take is answered now, in consumer order, and returned (each with the
+        rows left after them all): the engines start without asking."""
         _positive("rows", rows)
         _positive("consumers", consumers)
         _positive("chunk", chunk, optional=True)
         _positive("cap", cap, optional=True)
+        _positive("first", first, optional=True)
         groups = np.arange(rows) if groups is None else np.asarray(groups, dtype=np.int64).reshape(-1)
         prior = np.full(rows, np.nan) if prior is None else np.asarray(prior, dtype=np.float64).reshape(-1)
         for name, values in (("groups", groups), ("prior", prior)):
@@ -65,26 +81,33 @@ class RolloutQueue:
         self.left = rows
         self._takes, self._next = {}, {}
         # groups renumbered 0 .. G-1 in order of first appearance; each keeps its untaken positions in order
-        _, first, inverse = np.unique(groups, return_index=True, return_inverse=True)
-        self._group = np.argsort(np.argsort(first))[inverse]
-        self._members: List[List[int]] = [[] for _ in range(first.size)]
+        _, seen_at, inverse = np.unique(groups, return_index=True, return_inverse=True)
+        self._group = np.argsort(np.argsort(seen_at))[inverse]
+        self._members: List[List[int]] = [[] for _ in range(seen_at.size)]
         for position, g in enumerate(self._group.tolist()):
             self._members[g].append(position)
-        self._prior = np.full(first.size, np.nan)
+        self._prior = np.full(seen_at.size, np.nan)
         known = ~np.isnan(prior)
         if known.any():
             self._prior[self._group[known]] = prior[known]
-        self._seen = np.full(first.size, np.nan)      # longest length reported for a row of the group
-        self._out = np.zeros(first.size, dtype=bool)  # a row of the group was handed out
-        return rows
+        self._seen = np.full(seen_at.size, np.nan)      # longest length reported for a row of the group
+        self._out = np.zeros(seen_at.size, dtype=bool)  # a row of the group was handed out
+        return self._first_takes(first) if first is not None else {}
+
+    def _first_takes(self, want: int) -> Dict[int, "Take"]:
+        takes = {c: self.take(self.key, c, 0, want) for c in range(self.consumers)}
+        for take in takes.values():
+            take.left = self.left
+        return takes
 
     # ------------------------------------------------------------ taking
 
     def take(self, key, consumer: int, seq: int, want: int,
-             progress: Optional[Sequence[Tuple[int, int]]] = None) -> List[int]:
+             progress: Optional[Sequence[Tuple[int, int]]] = None) -> "Take":
         """Positions for ``consumer``'s ``seq``-th take of round ``key`` (``want``: the engine's free slots; a
         chunked queue hands whole chunks whatever ``want`` is). ``progress``: (position, tokens) of rows the
-        consumer runs or finished, the evidence for their groups. Empty once the queue is drained."""
+        consumer runs or finished, the evidence for their groups. Empty once the queue is drained; ``left`` of
+        the answer says how many rows the queue still holds."""
         if self.key is None or key != self.key:
             raise ValueError(f"rollout queue: a take for round {key!r}, but the queue holds "
                              + (f"round {self.key!r}" if self.key is not None else "no round"))
@@ -106,9 +129,9 @@ class RolloutQueue:
             n = min(max(int(want), 1), math.ceil(self.left / sharing), self.cap or self.left)
             rows = self._best(sharing * n)[::sharing][:n] if consumer not in self._next else self._best(n)
         self._remove(rows)
-        self._takes[(consumer, seq)] = rows
+        take = self._takes[(consumer, seq)] = Take(rows, self.left)
         self._next[consumer] = seq + 1
-        return rows
+        return take
 
     def report(self, progress: Optional[Sequence[Tuple[int, int]]]) -> None:
         """Evidence: row ``position`` has made ``tokens`` tokens (so far, or in all)."""
@@ -175,9 +198,9 @@ class Rows(NamedTuple):
 
 
 def rows_of(positions: List[int], order, inputs: Dict[str, list], source) -> Rows:
-    """The rows at ``positions`` of the queue order: their ids and their inputs; an empty take marks
-    ``source`` drained."""
-    if not positions:
+    """The rows at ``positions`` of the queue order: their ids and their inputs; an empty take, or one after
+    which the queue held nothing (``Take.left``), marks ``source`` drained."""
+    if not positions or getattr(positions, "left", None) == 0:
         source.drained = True
     return Rows(list(positions), [int(order[p]) for p in positions],
                 {c: [v[p] for p in positions] for c, v in inputs.items()})
@@ -189,10 +212,12 @@ class LocalSource:
     called only when a request goes out), ``poll(block)`` returns the answer's ``Rows`` (None while none is
     ready, empty once the queue is drained)."""
 
-    def __init__(self, queue: RolloutQueue, consumer: int, order, inputs: Dict[str, list]):
+    def __init__(self, queue: RolloutQueue, consumer: int, order, inputs: Dict[str, list], first=None):
+        """``first``: this consumer's first take, answered when the queue was loaded (``RolloutQueue.load``)."""
         self.queue, self.consumer, self.order, self.inputs = queue, consumer, order, inputs
         self.seq, self.drained = 0, False
         self._asked: Optional[tuple] = None
+        self._first = first
 
     @property
     def waiting(self) -> bool:
@@ -200,10 +225,13 @@ class LocalSource:
         return self._asked is not None
 
     def request(self, want: int, progress=None) -> None:
-        if self._asked is None and not self.drained and want > 0:
+        if self._asked is None and self._first is None and not self.drained and want > 0:
             self._asked = (int(want), progress() if progress else None)
 
     def poll(self, block: bool = False):
+        if self._first is not None:  # the first take came with the round
+            positions, self._first, self.seq = self._first, None, 1
+            return rows_of(positions, self.order, self.inputs, self)
         if self._asked is None:
             if not block or self.drained:
                 return None

@@ -102,10 +102,11 @@ class BaseWorker(UpstreamWorkerIO):
             return self.rank, True
         return self.parallel_state.dp_rank, self.is_tp_src
 
-    def run_queued_stage(self, group, order: List[int], batch, queue, key, **context):
+    def run_queued_stage(self, group, order: List[int], batch, queue, key, firsts=None, **context):
         """Run the queued stage of ``group`` (one stage) on the rows this rank takes from ``queue`` (round
         ``key``; the RolloutQueue actor, or a RolloutQueue in this process): ``order`` is the round's row ids in
-        queue order, ``batch`` their inputs in that order.
+        queue order, ``batch`` their inputs in that order; ``firsts``: each consumer's first take, answered when
+        the queue was loaded.
         Returns (metrics, output columns, trace) with the row ids in the trace; a mirroring TP peer returns
         (metrics, None, None)."""
         if len(group.names) != 1:
@@ -115,11 +116,12 @@ class BaseWorker(UpstreamWorkerIO):
             raise ValueError(f"rank {self.rank}: the run plan has no queued stage '{group.names[0]}'")
         consumer, returns = self.rollout_consumer()
         inputs = {c: batch[c] for c in stage.inputs}
+        first = (firsts or {}).get(consumer)
         if isinstance(queue, RolloutQueue):  # a queue in this process (tests, a single-process driver)
-            source = LocalSource(queue, consumer, order, inputs)
+            source = LocalSource(queue, consumer, order, inputs, first=first)
         else:  # the launcher's queue actor
             source = RaySource(queue, key, consumer, order, inputs,
-                               deadline=time.monotonic() + self.run_plan.timeouts.stage_deadline)
+                               deadline=time.monotonic() + self.run_plan.timeouts.stage_deadline, first=first)
         metrics, output, trace = getattr(self, stage.stage.queue_method)(source, **context)
         if not returns:
             return metrics, None, None

@@ -15,13 +15,16 @@ class QueueTimeoutError(TimeoutError):
 
 
 class RaySource:
-    def __init__(self, queue, key, consumer: int, order, inputs, deadline: float, clock=time.monotonic):
+    def __init__(self, queue, key, consumer: int, order, inputs, deadline: float, clock=time.monotonic,
+                 first=None):
         """``queue``: the RolloutQueue actor; ``key``: its round; ``order``: row ids in queue order;
-        ``inputs``: the round's input columns in that order (column -> rows); ``deadline``: ``clock()`` time."""
+        ``inputs``: the round's input columns in that order (column -> rows); ``deadline``: ``clock()`` time;
+        ``first``: this consumer's first take, answered when the queue was loaded (read without a call)."""
         self.queue, self.key, self.consumer = queue, key, consumer
         self.order, self.inputs, self.deadline, self.clock = order, inputs, deadline, clock
         self.seq, self.drained = 0, False
         self._ref: Optional[ray.ObjectRef] = None
+        self._first = first
 
     @property
     def waiting(self) -> bool:
@@ -30,12 +33,16 @@ class RaySource:
 
     def request(self, want: int, progress=None) -> None:
         """Ask for at most ``want`` rows (``progress``: a callable giving the (position, tokens) evidence,
-        called only when a take goes out); nothing while a take is in flight or once drained."""
-        if self._ref is None and not self.drained and want > 0:
+        called only when a take goes out); nothing while a take is in flight, the first take is unread, or
+        once drained."""
+        if self._ref is None and self._first is None and not self.drained and want > 0:
             self._ref = self.queue.take.remote(self.key, self.consumer, self.seq, int(want),
                                                progress() if progress else None)
 
     def poll(self, block: bool = False):
+        if self._first is not None:  # the first take came with the round
+            positions, self._first, self.seq = self._first, None, 1
+            return rows_of(positions, self.order, self.inputs, self)
         if self._ref is None:
             if not block or self.drained:
                 return None

@@ -275,11 +275,13 @@ class RayActorGroup(UpstreamGroupIO):
         queue = self._rollout_queue()
         self.rounds += 1
         key = self.rounds
-        ray.get(queue.load.remote(key, len(queued.order), self.run_plan.rollout_consumers, chunk, cap,
-                                  queued.groups, queued.prior), timeout=self.stage_timeout)
+        # every engine's first take is answered with the load (an engine starts with max_num_seqs free slots)
+        firsts = ray.get(queue.load.remote(key, len(queued.order), self.run_plan.rollout_consumers, chunk, cap,
+                                           queued.groups, queued.prior, self.run_plan.worker.rollout.max_num_seqs),
+                         timeout=self.stage_timeout)
         shared = ray.put(queued.batch)
-        replies = self._wait([actor.run_queued_stage.remote(group, queued.order, shared, queue, key, **context)
-                              for actor in self.actors], group.name)
+        replies = self._wait([actor.run_queued_stage.remote(group, queued.order, shared, queue, key, firsts=firsts,
+                                                            **context) for actor in self.actors], group.name)
         return [m for m, _, _ in replies], [(out, trace) for _, out, trace in replies if out is not None]
 
     def initialize(self, *args):

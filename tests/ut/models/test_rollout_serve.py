@@ -101,17 +101,17 @@ def test_vllm_reports_its_rows_progress_with_each_take():
     source = _source(queue, cls=Reporting)
     source.engine = rollout.llm.llm_engine
     served = rollout.serve(source, None, lambda row: seed_of(row - 100), None, None, 4)
-    finished = [p for report, _ in source.reports for p in report if p[1] == LENGTHS[p[0]]]
-    assert {p for p, _ in finished} >= set(range(len(LENGTHS))) - {served.rows[-1] - 100}
-    running = 0
+    running = finished = 0
     for report, made in source.reports:
         for position, tokens in report:
-            assert 0 <= tokens <= LENGTHS[position]
             if position in made:  # a running row: the tokens it has made so far
                 assert tokens == made[position]
                 running += 1
+            else:  # a row that finished since the last take: its length
+                assert tokens == LENGTHS[position]
+                finished += 1
         assert set(made) <= {p for p, _ in report}  # every running row is reported
-    assert running > 0
+    assert running > 0 and finished > 0 and sorted(served.rows) == list(range(100, 110))
 
 
 class StandInGenerate(RolloutBackend):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.utils.rollout_queue import LocalSource, PromptLengths, RolloutQueue
+from mindspeed_rl.utils.rollout_queue import LocalSource, PromptLengths, RolloutQueue, Take
 
 
 def _drain(queue, consumers, want, key=1, progress=None):
@@ -166,12 +166,10 @@ def test_a_local_source_asks_once_at_a_time_and_marks_the_end():
     assert source.waiting and asked == ["sent"]
     got = source.poll()
     assert got.positions == [0, 1] and got.ids == [40, 41] and got.inputs == {"prompts": ["a", "b"]}
-    assert source.poll(block=True).ids == [42, 43]  # a blocking poll asks by itself
-    assert source.poll(block=True).ids == [44]
-    assert not source.drained
-    assert len(source.poll(block=True)) == 0 and source.drained
+    assert source.poll(block=True).ids == [42, 43] and not source.drained  # a blocking poll asks by itself
+    assert source.poll(block=True).ids == [44] and source.drained  # the queue held nothing after it
     source.request(5)
-    assert source.poll(block=True) is None  # drained: nothing more is asked
+    assert source.poll(block=True) is None and queue.taken() == {0: [0, 1, 2, 3, 4]}  # nothing more is asked
 
 
 def test_a_local_sources_progress_reaches_the_queue_and_a_bare_blocking_poll_asks_for_one_row():
@@ -193,3 +191,37 @@ def test_prompt_lengths_average_a_group_and_keep_the_newest_round():
     assert lengths.expect([torch.tensor([1, 2, 3], dtype=torch.int32)])[0] == 3.0  # the tokens, not the dtype
     lengths.update([c], [9])  # over the limit: b, the oldest, is forgotten
     assert np.isnan(lengths.expect([b])[0]) and list(lengths.expect([a, c])) == [3.0, 9.0]
+
+
+def test_a_load_can_answer_every_engines_first_take():
+    queue, asked = RolloutQueue(), RolloutQueue()
+    prior = np.arange(8, 0, -1).astype(float)
+    firsts = queue.load(1, 8, 2, prior=prior, first=3)
+    asked.load(1, 8, 2, prior=prior)
+    # the same takes as the engines asking one after the other, each told what the queue holds after them all
+    assert firsts == {0: asked.take(1, 0, 0, 3), 1: asked.take(1, 1, 0, 3)} == {0: [0, 2, 4], 1: [1, 3, 5]}
+    assert [t.left for t in firsts.values()] == [2, 2] and queue.left == 2
+    assert queue.take(1, 1, 0, 99) == [1, 3, 5]  # the take is the consumer's take 0: asking again answers it
+    assert queue.take(1, 1, 1, 99) == [6] and queue.take(1, 1, 1, 99).left == 1
+    assert queue.load(2, 4, 2, chunk=2) == {}  # without ``first`` nothing is answered
+    with pytest.raises(ValueError, match="^rollout queue: first must be a positive int or None, got 0$"):
+        queue.load(3, 4, 2, first=0)
+
+
+def test_a_take_travels_with_what_was_left():
+    import pickle
+    take = pickle.loads(pickle.dumps(Take([3, 4], left=5)))
+    assert take == [3, 4] and take.left == 5 and isinstance(take, Take)
+
+
+def test_a_source_reads_its_first_take_without_asking():
+    queue = RolloutQueue()
+    firsts = queue.load(1, 3, 2, first=1)
+    source = LocalSource(queue, 1, order=[7, 8, 9], inputs={"prompts": list("xyz")}, first=firsts[1])
+    source.request(5, progress=lambda: pytest.fail("no request goes out while the first take is unread"))
+    assert not source.waiting and source.poll().ids == [8] and source.seq == 1 and not source.drained
+    assert source.poll(block=True).ids == [9] and source.drained  # take 1, the last row
+    both = RolloutQueue()
+    done = both.load(1, 2, 2, chunk=1, first=1)  # each engine's first take empties the queue
+    source = LocalSource(both, 0, order=[5, 6], inputs={"prompts": ["p", "q"]}, first=done[0])
+    assert source.poll().ids == [5] and source.drained

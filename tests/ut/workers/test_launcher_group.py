@@ -494,6 +494,9 @@ def test_a_queued_stage_loads_the_groups_queue_and_every_rank_takes_from_it(monk
     assert fake.put == ["the round's inputs"] and [m["batch"] for m in metrics] == [("put", 0)] * 4
     assert [m["key"] for m in metrics] == [1] * 4 and all(m["iteration"] == 4 for m in metrics)
     assert made == [("out 0", {"rows": [0, 1]}), ("out 2", {"rows": [2, 3]})]
+    # each engine's first take came with the load and went to every rank
+    assert all(m["firsts"] == {0: [0, 1], 1: [2, 3]} for m in metrics)
+    assert all(t.left == 0 for t in metrics[0]["firsts"].values())
     group.run_queued_stage(stage, queued._replace(batch="next round"))
     assert group.queue.obj is queue and queue.key == 2  # the next round in the same queue
     fake.killed.clear()

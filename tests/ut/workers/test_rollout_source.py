@@ -211,3 +211,14 @@ def test_serve_sequences_reports_the_rows_made_and_their_times(local, monkeypatc
     clock = iter([0.0, 0.0, 1.0])
     _, out, _ = w0.serve_sequences("the source", iteration=3)
     assert ROLLOUT_LOG_PROBS not in out and w0.rollout.calls[1][2] == iw.rollout_seed(plan.seed, 3, 5)
+
+
+def test_a_ray_source_reads_its_first_take_without_a_call(fake_ray):
+    queue = RolloutQueue()
+    firsts = queue.load(7, 4, 2, cap=2, first=2)
+    handle = Handle(queue)
+    source = rs.RaySource(handle, 7, 1, [10, 11, 12, 13], {"prompts": list("abcd")}, 100.0, lambda: 0.0,
+                          first=firsts[1])
+    source.request(2, progress=lambda: pytest.fail("nothing goes out while the first take is unread"))
+    assert not source.waiting and source.poll().ids == [11, 13] and source.seq == 1
+    assert handle.calls == [] and fake_ray == [] and source.drained  # the other engine took the rest
