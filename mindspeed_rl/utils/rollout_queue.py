@@ -34,7 +34,7 @@ class Take(list):
     """The positions of one take, and ``left``: how many rows the queue still held when it was answered (0: the
     round is drained; the taker need not ask again)."""
 
-    def __init__(self, positions=(), left: int = 0):
+    def __init__(self, positions, left: int):
         super().__init__(positions)
         self.left = left
 
@@ -197,10 +197,10 @@ class Rows(NamedTuple):
         return len(self.ids)
 
 
-def rows_of(positions: List[int], order, inputs: Dict[str, list], source) -> Rows:
+def rows_of(positions: Take, order, inputs: Dict[str, list], source) -> Rows:
     """The rows at ``positions`` of the queue order: their ids and their inputs; an empty take, or one after
     which the queue held nothing (``Take.left``), marks ``source`` drained."""
-    if not positions or getattr(positions, "left", None) == 0:
+    if not positions or positions.left == 0:
         source.drained = True
     return Rows(list(positions), [int(order[p]) for p in positions],
                 {c: [v[p] for p in positions] for c, v in inputs.items()})

@@ -144,7 +144,7 @@ def test_a_queued_stage_reads_from_the_queue_actor_through_a_ray_source(local, f
     batch = {"prompts": [torch.tensor([1, 2, i]) for i in range(rows)]}
     metrics, out, trace = w0.run_queued_stage(StageGroup.of(plan.stages[ROLLOUT.name]), order, batch, handle, 3,
                                               iteration=5)
-    assert handle.calls[0][:3] == (3, 0, 0)  # round 3, consumer 0, its first take
+    assert handle.calls[0][:3] == (3, 0, 0)  # round 3, consumer 0, its first take (none came with the round)
     deadline = plan.timeouts.stage_deadline  # a take waits at most the stage deadline from the stage's start
     assert fake_ray.gets and all(deadline - 60 < t <= deadline for t in fake_ray.gets)
     assert trace["consumer"] == 0 and sorted(trace["rows"]) == order  # the only engine: it made every row
@@ -222,3 +222,20 @@ def test_a_ray_source_reads_its_first_take_without_a_call(fake_ray):
     source.request(2, progress=lambda: pytest.fail("nothing goes out while the first take is unread"))
     assert not source.waiting and source.poll().ids == [11, 13] and source.seq == 1
     assert handle.calls == [] and fake_ray == [] and source.drained  # the other engine took the rest
+
+
+@pytest.mark.parametrize("through_ray", [True, False])
+def test_a_queued_stage_starts_from_the_first_take_that_came_with_the_round(local, fake_ray, monkeypatch, through_ray):
+    plan, (w0, w1) = _worker()
+    queue = RolloutQueue()
+    rows = plan.rows_per_round
+    firsts = queue.load(3, rows, 2, chunk=rows // 2, first=1)  # both chunks out: nothing left to ask for
+    asked = []
+    monkeypatch.setattr(queue, "take", lambda *args: asked.append(args) or pytest.fail("a take was asked for"))
+    batch = {"prompts": [torch.tensor([1, 2, i]) for i in range(rows)]}
+    order = list(range(rows))
+    for worker in (w0, w1):
+        _, _, trace = worker.run_queued_stage(StageGroup.of(plan.stages[ROLLOUT.name]), order, batch,
+                                              Handle(queue) if through_ray else queue, 3, firsts=firsts)
+        assert trace["rows"] == firsts[worker.rank] and trace["consumer"] == worker.rank
+    assert asked == []
