@@ -297,6 +297,8 @@ def _check_layout(actor_config, resource, section: str = "actor_config", resourc
     world = resource_size(resource)
     if world is None:
         raise PlanError(f"rl_config.{resource_key}.num_npus is not set; the run plan needs the device count")
+    if world < 1:
+        raise PlanError(f"rl_config.{resource_key}.num_npus={world} must be at least 1 (a worker per device)")
     tp = actor_config.tensor_model_parallel_size
     if tp < 1 or world % tp:
         raise PlanError(f"rl_config.{resource_key}.num_npus={world} must be divisible by "

@@ -42,14 +42,26 @@ class NonFiniteError(RuntimeError):
     """Too many iterations in a row with a non-finite reward, loss or grad norm."""
 
 
-# in causal order: a NaN reward makes the loss NaN, which makes the grad norm NaN
-NONFINITE_KEYS = ("reward/mean", "actor/pg_loss", "actor/kl", "actor/entropy", "actor/grad_norm")
+# in causal order: a NaN reward makes the loss NaN, which makes the grad norm NaN; a NaN critic (PPO, trained
+# before the actor) makes the values, hence the advantages and the actor's loss NaN
+NONFINITE_KEYS = ("reward/mean", "critic/vf_loss", "critic/grad_norm", "actor/pg_loss", "actor/kl",
+                  "actor/entropy", "actor/grad_norm")
+# the engines whose skipped optimizer steps (``<engine>/skipped_steps``, cumulative) count as non-finite
+ENGINES = ("critic", "actor")
+
+
+def skipped_steps(metrics: Dict[str, float], before: Dict[str, float]) -> Dict[str, float]:
+    """Each engine's cumulative skipped optimizer steps after an iteration (``before`` where not reported)."""
+    return {e: metrics.get(f"{e}/skipped_steps", before.get(e, 0.0)) for e in ENGINES}
 
 
 def first_nonfinite(metrics: Dict[str, float], skipped_before=None):
     """The first non-finite quantity of an iteration's metrics, in words (None when all are finite):
     rewards (``reward/nonfinite`` rows, counted by the rewards stage), loss, grad norm, or an optimizer
-    step the engine skipped (``actor/skipped_steps`` grew since ``skipped_before``)."""
+    step an engine skipped (its ``<engine>/skipped_steps`` grew since ``skipped_before``: a dict by engine, or
+    the actor's count)."""
+    if not isinstance(skipped_before, dict):
+        skipped_before = {"actor": skipped_before or 0.0}
     rows = metrics.get("reward/nonfinite", 0)
     if rows:
         first = metrics.get("reward/first_nonfinite_row")
@@ -60,9 +72,12 @@ def first_nonfinite(metrics: Dict[str, float], skipped_before=None):
         value = metrics.get(key)
         if value is not None and not math.isfinite(value):
             return f"{key}={value}"
-    grown = metrics.get("actor/skipped_steps")
-    if grown is not None and grown > (skipped_before or 0):
-        return f"grad norm (the engine skipped {grown - (skipped_before or 0):g} optimizer step(s))"
+    for engine in ENGINES:
+        grown = metrics.get(f"{engine}/skipped_steps")
+        before = skipped_before.get(engine) or 0
+        if grown is not None and grown > before:
+            name = "" if engine == "actor" else f"{engine} "
+            return f"{name}grad norm (the engine skipped {grown - before:g} optimizer step(s))"
     return None
 
 
@@ -119,7 +134,7 @@ class RayGRPOTrainer(RayBaseTrainer):
         self.last_saved = start_iteration if start_iteration else None
         streak: List[tuple] = []  # (iteration, what) of the current run of non-finite iterations
         owed = False  # a save fell on a non-finite iteration: the next finite one saves
-        skipped = None
+        skipped: Dict[str, float] = {}
         for iteration in bar:
             metrics = self.step(iteration, next(data_iters))
             self.history.append(metrics)
@@ -128,7 +143,7 @@ class RayGRPOTrainer(RayBaseTrainer):
                 print(line, flush=True)
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
             bad = first_nonfinite(metrics, skipped)
-            skipped = metrics.get("actor/skipped_steps", skipped)
+            skipped = skipped_steps(metrics, skipped)
             due = self.save_interval and iteration % self.save_interval == 0
             due = bool(self.save_dir) and (due or owed or iteration == self.train_iters)
             if bad is None:

@@ -398,6 +398,12 @@ def test_critic_batch_checks_name_the_critic():
         "rl_config.critic_update_dispatch_size=0 must be a positive int"
 
 
+@pytest.mark.parametrize("key, ppo", [("actor_resource", False), ("critic_resource", True)])
+def test_no_devices_is_refused_naming_the_resource(key, ppo):
+    assert _refused({key: {"num_npus": 0}}, ppo=ppo) == \
+        f"rl_config.{key}.num_npus=0 must be at least 1 (a worker per device)"
+
+
 def test_critic_group_has_its_own_layout_and_plan():
     plan = _plan({"critic_resource": {"num_npus": 4}, "use_dp_batch_balance": True, "init_kl_coef": 0.0},
                  critic={"tensor_model_parallel_size": 2}, gen={"rollout_backend": "hf"}, ppo=True)

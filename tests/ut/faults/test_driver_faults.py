@@ -5,6 +5,8 @@ import json
 import os
 import signal
 
+import math
+
 import pytest
 import ray
 import torch
@@ -67,6 +69,31 @@ def test_skipped_step_alone_counts_and_a_finite_iteration_resets_the_streak():
     assert trainer.saved == [3, 5]  # 2 and 4 fell on skipped steps: the next finite iteration saves
     assert hybrid.first_nonfinite(_ok(2.0), 1.0).startswith("grad norm (the engine skipped 1")
     assert hybrid.first_nonfinite({"actor/pg_loss": float("inf")}) == "actor/pg_loss=inf"
+
+
+def test_a_nan_critic_stops_the_run_like_a_nan_actor(capsys):
+    # PPO: the critic's loss goes NaN first; its skipped steps count as well; nothing is saved from them
+    nan_critic = dict(_ok(), **{"critic/vf_loss": NAN, "critic/grad_norm": NAN, "critic/skipped_steps": 1.0})
+    script = [dict(_ok(), **{"critic/vf_loss": 0.3, "critic/skipped_steps": 0.0}), nan_critic,
+              dict(nan_critic, **{"critic/skipped_steps": 2.0})]
+    trainer = _Trainer(script, limit=2, save_interval=1)
+    with pytest.raises(hybrid.NonFiniteError) as info:
+        trainer.fit(iter(range(9)))
+    assert "2 iterations in a row (2-3)" in str(info.value) and "iteration 2: critic/vf_loss=nan" in str(info.value)
+    assert trainer.saved == [1]
+    assert "warning: iteration 2: non-finite critic/vf_loss=nan" in capsys.readouterr().out
+
+
+def test_skipped_steps_of_either_engine_count_from_the_last_iteration():
+    before = {"actor": 1.0, "critic": 2.0}
+    assert hybrid.first_nonfinite({"actor/skipped_steps": 1.0, "critic/skipped_steps": 4.0}, before) == \
+        "critic grad norm (the engine skipped 2 optimizer step(s))"
+    assert hybrid.first_nonfinite({"actor/skipped_steps": 3.0, "critic/skipped_steps": 4.0}, before) == \
+        "critic grad norm (the engine skipped 2 optimizer step(s))"  # the critic trains first
+    assert hybrid.first_nonfinite({"actor/skipped_steps": 3.0, "critic/skipped_steps": 2.0}, before) == \
+        "grad norm (the engine skipped 2 optimizer step(s))"
+    assert hybrid.first_nonfinite({"critic/grad_norm": math.inf, "actor/pg_loss": NAN}) == "critic/grad_norm=inf"
+    assert hybrid.skipped_steps({"critic/skipped_steps": 5.0}, before) == {"critic": 5.0, "actor": 1.0}
 
 
 def test_policy_zero_never_stops():
