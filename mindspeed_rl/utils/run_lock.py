@@ -3,8 +3,9 @@
 ``RunLock`` takes an exclusive ``flock`` on ``<folder>/.msrl_run.lock`` (atomic; the kernel drops
 it when the process ends, however it ends) and writes the owner (pid, host, start time) into the
 file. A second run asking for a held folder gets one line naming the owner. A lock file that names
-an owner but is not locked was left by a run that died without releasing it: it is taken over and
-named. A clean release empties the file (it is never removed, so two runs cannot end up holding
+an owner on this host but is not locked was left by a run that died without releasing it: it is taken
+over and named. One that names another host is refused (flock may not reach across hosts and its pid
+cannot be checked here): the line says so and how to free it. A clean release empties the file (it is never removed, so two runs cannot end up holding
 locks on two different files of the same name)."""
 import fcntl
 import json
@@ -86,11 +87,17 @@ class RunLock:
                                f"({type(err).__name__}: {err.strerror or err})") from None
         previous = _read_owner(fd)
         if previous and previous.get("pid") != os.getpid():
+            if previous.get("host") != socket.gethostname():
+                # a lock of another host: flock may not reach across hosts (NFS), and its pid cannot be checked
+                os.close(fd)
+                raise RunLockError(f"{self.what} {self.folder!r} holds the lock of a run on another host "
+                                   f"({_owner_text(previous)}; lock {self.path}), which cannot be checked from "
+                                   f"here: give this run its own folder, or, if that run has ended, delete "
+                                   f"{self.path} and start again")
             self.took_over = previous
-            here = previous.get("host") == socket.gethostname()
-            state = ("not running" if here and not _alive(previous.get("pid"))
-                     else "running but not holding the lock" if here else "on another host")
-            print(f"note: {self.what} {self.folder!r}: a run that ended without releasing it left its lock "
+            state = "its pid is not running" if not _alive(previous.get("pid")) else \
+                "its pid runs now but does not hold the lock (another process)"
+            print(f"note: {self.what} {self.folder!r}: a run left its lock without releasing it "
                   f"({_owner_text(previous)}; {state}); taken over", flush=True)
         me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
         os.ftruncate(fd, 0)

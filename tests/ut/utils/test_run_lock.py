@@ -39,7 +39,7 @@ def test_second_run_is_refused_naming_the_owner_and_gets_the_folder_once_it_ends
     # the kernel dropped the killed holder's lock: the next run takes it, naming what it took over
     lock = RunLock(str(tmp_path), "--output-dir").acquire()
     out = capsys.readouterr().out
-    assert f"pid {proc.pid}" in out and "not running" in out and "taken over" in out
+    assert f"pid {proc.pid}" in out and "its pid is not running" in out and "taken over" in out
     assert lock.took_over["pid"] == proc.pid
     with open(tmp_path / LOCK_FILE) as f:
         assert json.load(f)["pid"] == os.getpid()
@@ -112,3 +112,37 @@ def test_lock_is_released_by_a_process_that_dies(tmp_path):
     proc.wait(timeout=60)
     with RunLock(str(tmp_path), "--output-dir") as lock:
         assert lock.took_over["pid"] == proc.pid
+
+
+def test_a_lock_left_by_a_run_on_another_host_is_not_taken_over(tmp_path, capsys):
+    owner = {"pid": 4242, "host": "node-b", "started": 0}
+    (tmp_path / LOCK_FILE).write_text(json.dumps(owner) + "\n")
+    with pytest.raises(RunLockError) as info:
+        RunLock(str(tmp_path), "--output-dir").acquire()
+    path = tmp_path / LOCK_FILE
+    assert str(info.value).startswith(f"--output-dir '{tmp_path}' holds the lock of a run on another host (pid 4242 "
+                                      f"on host node-b, started ")
+    assert str(info.value).endswith(f"; lock {path}), which cannot be checked from here: give this run its own "
+                                    f"folder, or, if that run has ended, delete {path} and start again")
+    assert json.loads(path.read_text()) == owner and capsys.readouterr().out == ""  # nothing taken, nothing said
+    path.unlink()  # what the line says to do once that run has ended
+    with RunLock(str(tmp_path), "--output-dir") as lock:
+        assert lock.took_over is None
+
+
+def test_a_live_pid_that_does_not_hold_the_lock_is_named_as_such(tmp_path, capsys):
+    import socket
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}) + "\n")
+    with RunLock(str(tmp_path), "--output-dir") as lock:
+        assert lock.took_over["pid"] == os.getppid()
+    assert "its pid runs now but does not hold the lock (another process)); taken over" in capsys.readouterr().out
+
+
+def test_one_folder_spelled_two_ways_is_locked_once(tmp_path):
+    real = tmp_path / "run"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    spellings = [("--output-dir", str(real)), ("megatron_training.save", str(real) + "/"),
+                 ("megatron_training.load", str(tmp_path / "link")), ("x", str(tmp_path / "." / "run"))]
+    with RunLocks(spellings) as locks:
+        assert len(locks.locks) == 1
