@@ -16,6 +16,7 @@ import os
 import signal
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Dict, List, Sequence, Tuple
 
@@ -85,8 +86,11 @@ def _run_one(path: str, response: str, label: str, timeout: float) -> Tuple[floa
         return (0.0, "timeout") if _STATE["fired"] else (0.0, f"error: {text}")
     if _STATE["fired"]:  # the timer fired and the verifier caught it anyway: its answer does not count
         return 0.0, "timeout"
-    score, outcome = out if isinstance(out, tuple) else (out, "ok")
-    return float(score), str(outcome)
+    score, outcome = out if isinstance(out, tuple) and len(out) == 2 else (out, "ok")
+    try:
+        return float(score), str(outcome)
+    except (TypeError, ValueError):  # the verifier's answer is no number: it scores 0, and says what it gave
+        return 0.0, f"error: returned {type(out).__name__} {repr(out)[:80]}, not a score or (score, outcome)"
 
 
 class VerifierPool:
@@ -133,8 +137,12 @@ class VerifierPool:
         for future in futures:
             if future in done and future.exception() is None:
                 score, outcome = future.result()
-            else:
-                score, outcome = 0.0, "timeout" if future not in done else "error: worker died"
+            elif future not in done:
+                score, outcome = 0.0, "timeout"
+            else:  # the worker process died, or the task failed outside the verifier's call
+                err = future.exception()
+                died = isinstance(err, BrokenProcessPool)
+                score, outcome = 0.0, "error: worker died" if died else f"error: {type(err).__name__}: {err}"[:200]
             scores.append(score)
             if outcome.startswith("error") and self.first_error is None:
                 self.first_error = outcome[len("error: "):] or "error"

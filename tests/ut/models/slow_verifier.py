@@ -67,3 +67,16 @@ def needs_warm_up(response: str, label: str) -> float:
 def always_raises(response: str, label: str) -> float:
     """A verifier broken for every row (e.g. labels in a format it cannot read)."""
     raise ValueError(f"label {label!r} is not a number")
+
+
+def wordy(response: str, label: str):
+    """Answers in words, not a number (a verifier written against another interface)."""
+    return "correct" if response == "ok" else None
+
+
+def dying(response: str, label: str) -> float:
+    """Ends its worker process for a response "die" (a crash in native code)."""
+    if response == "die":
+        import os
+        os._exit(3)
+    return 1.0

@@ -126,6 +126,16 @@ def test_hanging_or_crashing_verifier_scores_zero_and_the_step_goes_on():
         assert scores == [1.0, 0.0, 1.0] and outcomes == {"ok": 2, "timeout": 1}
         scores, outcomes = pool.score("tests.ut.models.slow_verifier:crashy", ["crash", "ok"], ["", ""])
         assert scores == [0.0, 1.0] and outcomes == {"error": 1, "ok": 1}
+        # answers that are no number score 0 as errors that say what came back, not as dead workers
+        scores, outcomes = pool.score("tests.ut.models.slow_verifier:wordy", ["ok", "no"], ["", ""])
+        assert scores == [0.0, 0.0] and outcomes == {"error": 2}
+        assert pool.first_error == "returned str 'correct', not a score or (score, outcome)"
+        scores, _ = pool.score("tests.ut.models.slow_verifier:crashy", ["ok"], [""])  # the same workers go on
+        assert scores == [1.0]
+        # a worker process that dies is named as such; the next call gets fresh workers
+        scores, outcomes = pool.score("tests.ut.models.slow_verifier:dying", ["die"], [""])
+        assert scores == [0.0] and outcomes == {"error": 1} and pool.first_error == "worker died"
+        assert pool.score("tests.ut.models.slow_verifier:dying", ["ok"], [""])[0] == [1.0]
     finally:
         pool.close()
     pool = VerifierPool(processes=1, timeout=60.0)  # real math: a generous timer
