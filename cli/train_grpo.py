@@ -44,11 +44,12 @@ def _check_model_folder(path: str, tiny_model_dir: str = None, tokenizer_path: s
         raise ValueError(f"model folder {path!r} lacks {' and '.join(missing)}")
 
 
-def _resume(actor, world_size=None):
+def _resume(actor, world_size=None, critic_world_size=None):
     """The checkpoint of ours that ``load`` names (``checkpoint.open_resume``: every shard file, the
     trainer state, the fallback, and what the resume asks for), else None; before Ray starts."""
     from mindspeed_rl.utils.checkpoint import open_resume
-    return open_resume(actor.load, actor.finetune, actor.no_load_optim, actor.no_load_rng, world_size)
+    return open_resume(actor.load, actor.finetune, actor.no_load_optim, actor.no_load_rng, world_size,
+                       critic_world_size)
 
 
 def _check_save_folder(save: str) -> None:
@@ -111,7 +112,8 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path,
                                               trust_remote_code=gen.trust_remote_code)
     from mindspeed_rl.utils.checkpoint import FRESH_STATE
-    resume = _resume(actor, cfgs.plan.layout.world_size)
+    critic = cfgs.plan.critic.layout.world_size if cfgs.plan.critic is not None else None
+    resume = _resume(actor, cfgs.plan.layout.world_size, critic)
     state = resume.state if resume is not None else dict(FRESH_STATE)
     _check_save_folder(actor.save)
     from mindspeed_rl.utils.loggers import check_run_folder
@@ -182,8 +184,8 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
         group = groups["actor"]
         if resume is not None:
             def load_workers(*args):
-                for g in groups.values():
-                    g.load_checkpoint(*args)
+                for role in resume.groups:  # a finetune's group without state in the checkpoint starts afresh
+                    groups[role].load_checkpoint(*args)
             state = Checkpointer(actor.load, load_workers=load_workers).restore(resume)
         logger.start()  # a resumed run's records are cut and marked only once its checkpoint loaded
         extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]

@@ -2,7 +2,8 @@
 
 An iteration folder holds ``dcp/`` (torch.distributed.checkpoint: the actor's
 sharded model and optimizer state, written by every rank), ``rng/rank<k>.pt``
-and ``trainer_state.json`` (iteration, KL coefficient, data position).
+and ``trainer_state.json`` (iteration, KL coefficient, data position); a PPO
+run's also ``critic_dcp/`` and ``critic_rng/`` (its critic group's state).
 ``Checkpointer`` writes a save into a temporary folder, fsyncs it,
 renames it into place and only then replaces the tracker
 ``latest_checkpointed_iteration.txt`` (atomically): no save ever writes into a
@@ -23,7 +24,10 @@ import torch
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STATE = "trainer_state.json"
-DCP_DIR = "dcp"
+DCP_DIR, RNG_DIR = "dcp", "rng"
+CRITIC_DCP_DIR, CRITIC_RNG_DIR = "critic_dcp", "critic_rng"
+# each worker group's state in an iteration folder: (sharded state, RNG streams); the actor's is always there
+GROUP_DIRS = {"actor": (DCP_DIR, RNG_DIR), "critic": (CRITIC_DCP_DIR, CRITIC_RNG_DIR)}
 
 
 class CheckpointError(ValueError):
@@ -186,23 +190,36 @@ def _inspect(folder: str, weights_only: bool) -> Tuple[Optional[str], Optional[d
             state = read_state(folder)
         except CheckpointError as err:
             return str(err), None
-    dcp_dir = os.path.join(folder, DCP_DIR)
+    for group in held_groups(folder):  # every worker group's shards: a damaged critic is a damaged checkpoint
+        problem = _shards_damage(os.path.join(folder, GROUP_DIRS[group][0]))
+        if problem:
+            return problem, None
+    return None, state
+
+
+def held_groups(folder: str) -> Tuple[str, ...]:
+    """The worker groups whose state ``folder`` holds: the actor's, and a PPO save's critic."""
+    return ("actor",) + (("critic",) if os.path.isdir(os.path.join(folder, CRITIC_DCP_DIR)) else ())
+
+
+def _shards_damage(dcp_dir: str) -> Optional[str]:
+    """What makes a DCP folder unloadable, naming the file: unreadable metadata, a missing or short shard."""
     try:
         from torch.distributed.checkpoint import FileSystemReader
         metadata = FileSystemReader(dcp_dir).read_metadata()
     except Exception as err:  # noqa: BLE001  (pickle errors of a damaged file)
-        return f"{os.path.join(dcp_dir, '.metadata')} is not readable ({type(err).__name__})", None
+        return f"{os.path.join(dcp_dir, '.metadata')} is not readable ({type(err).__name__})"
     need: Dict[str, int] = {}
     for info in (metadata.storage_data or {}).values():
         need[info.relative_path] = max(need.get(info.relative_path, 0), info.offset + info.length)
     for name, size in sorted(need.items()):
         path = os.path.join(dcp_dir, name)
         if not os.path.isfile(path):
-            return f"shard {path} is missing", None
+            return f"shard {path} is missing"
         have = os.path.getsize(path)
         if have < size:
-            return f"shard {path} is truncated ({have} of {size} bytes)", None
-    return None, state
+            return f"shard {path} is truncated ({have} of {size} bytes)"
+    return None
 
 
 def incomplete(folder: str):
@@ -302,25 +319,52 @@ class Resume:
     with_optimizer: bool = True
     with_rng: bool = True
     state: dict = field(default_factory=lambda: dict(FRESH_STATE))
+    groups: Tuple[str, ...] = ("actor",)  # the worker groups that load from it (the others start afresh)
+    fresh: Tuple[str, ...] = ()           # the run's groups it holds no state for (a finetune's new critic)
 
 
 def open_resume(load: Optional[str], finetune: bool = False, no_load_optim: bool = False,
-                no_load_rng: bool = False, world_size: Optional[int] = None) -> Optional[Resume]:
+                no_load_rng: bool = False, world_size: Optional[int] = None,
+                critic_world_size: Optional[int] = None) -> Optional[Resume]:
     """The checkpoint ``load`` names as a ``Resume`` (None when there is none to load: no load, or
     HF weights): found with every shard and the trainer state checked (``find``; the state read
     once), and for a resume what it asks for checked to be there (``check_resumable``, given
-    ``world_size``). Raises CheckpointError naming the file."""
+    ``world_size``, and ``critic_world_size`` for a run with a critic). A resume continues the run that
+    saved it: its worker groups must be this run's (a PPO save's critic, none for GRPO or DAPO); a
+    finetune loads the weights of the groups both have, the others start afresh. Raises CheckpointError
+    naming the file or the key."""
     kind = load_kind(load, finetune, no_load_optim, no_load_rng)
     if kind not in ("resume", "finetune"):
         return None
+    wanted = ("actor",) + (("critic",) if critic_world_size is not None else ())
     if kind == "finetune":
         folder, iteration, _ = _find(load, weights_only=True, deep=True)
-        return Resume(folder, iteration, finetune=True, with_optimizer=False, with_rng=False)
+        held = held_groups(folder)
+        return Resume(folder, iteration, finetune=True, with_optimizer=False, with_rng=False,
+                      groups=tuple(g for g in wanted if g in held), fresh=tuple(g for g in wanted if g not in held))
     folder, iteration, saved = _find(load, weights_only=False, deep=True)
-    if world_size is not None:
-        check_resumable(folder, not no_load_optim, not no_load_rng, world_size)
+    check_same_groups(folder, iteration, held_groups(folder), wanted)
+    sizes = {"actor": world_size, "critic": critic_world_size}
+    for group in wanted:
+        if sizes[group] is not None:
+            check_resumable(folder, not no_load_optim, not no_load_rng, sizes[group], group)
     return Resume(folder, iteration, with_optimizer=not no_load_optim, with_rng=not no_load_rng,
-                  state=driver_state(iteration, saved))
+                  state=driver_state(iteration, saved), groups=wanted)
+
+
+def check_same_groups(folder: str, iteration: int, held: Tuple[str, ...], wanted: Tuple[str, ...]) -> None:
+    """A resume continues the run that saved ``folder``: the same worker groups, or one line saying which
+    side has the critic and how to start from the checkpoint's weights instead."""
+    if "critic" in held and "critic" not in wanted:
+        raise CheckpointError(f"checkpoint {folder!r} (iteration {iteration}) was saved by a PPO run (it holds the "
+                              f"critic's state, {CRITIC_DCP_DIR}/); this run has no critic, and resuming would drop "
+                              f"it: resume with megatron_training.stage=ray_ppo, or set megatron_training.finetune: "
+                              f"true to start this run from its actor's weights")
+    if "critic" in wanted and "critic" not in held:
+        raise CheckpointError(f"checkpoint {folder!r} (iteration {iteration}) holds no critic state "
+                              f"({CRITIC_DCP_DIR}/ is missing: saved by a GRPO or DAPO run); this PPO run cannot "
+                              f"resume it: set megatron_training.finetune: true to start PPO from its actor's "
+                              f"weights with a new critic (critic_config's model)")
 
 
 def resume_line(folder: str, iteration: int, weights_only: bool, with_optimizer: bool, with_rng: bool) -> str:
@@ -339,30 +383,35 @@ def resume_line(folder: str, iteration: int, weights_only: bool, with_optimizer:
     return line
 
 
-def check_resumable(folder: str, with_optimizer: bool, with_rng: bool, world_size: int) -> None:
-    """Before any worker starts: the parts a resume asks for are in ``folder`` (optimizer state
-    unless ``no_load_optim``; an RNG file per rank unless ``no_load_rng``). Raises CheckpointError
-    naming what is missing and the key that does without it."""
+def check_resumable(folder: str, with_optimizer: bool, with_rng: bool, world_size: int,
+                    group: str = "actor") -> None:
+    """Before any worker starts: the parts a resume asks for are in ``folder`` for worker ``group`` (optimizer
+    state unless ``no_load_optim``; an RNG file per rank, for exactly ``world_size`` ranks, unless
+    ``no_load_rng``). Raises CheckpointError naming what is missing and the key that does without it."""
+    dcp_dir, rng_dir = (os.path.join(folder, d) for d in GROUP_DIRS[group])
+    whose = "" if group == "actor" else f"the {group}'s "
     if with_optimizer:
         from torch.distributed.checkpoint import FileSystemReader
         try:
-            keys = FileSystemReader(os.path.join(folder, DCP_DIR)).read_metadata().state_dict_metadata
+            keys = FileSystemReader(dcp_dir).read_metadata().state_dict_metadata
         except Exception as err:  # noqa: BLE001  (damage() names a damaged file first)
-            raise CheckpointError(f"{os.path.join(folder, DCP_DIR, '.metadata')} is not readable "
+            raise CheckpointError(f"{os.path.join(dcp_dir, '.metadata')} is not readable "
                                   f"({type(err).__name__})") from None
         if not any(str(k).startswith("optim.") for k in keys):
-            raise CheckpointError(f"checkpoint {folder!r} holds no optimizer state (saved with no_save_optim: "
+            raise CheckpointError(f"checkpoint {folder!r} holds no {whose}optimizer state (saved with no_save_optim: "
                                   f"true?); set megatron_training.no_load_optim: true to resume with a fresh "
                                   f"optimizer")
     if with_rng:
-        have = sorted(n for n in (os.listdir(os.path.join(folder, "rng"))
-                                  if os.path.isdir(os.path.join(folder, "rng")) else []) if n.endswith(".pt"))
+        have = sorted(n for n in (os.listdir(rng_dir) if os.path.isdir(rng_dir) else []) if n.endswith(".pt"))
         missing = [k for k in range(world_size) if f"rank{k}.pt" not in have]
-        if missing:
+        extra = sorted(set(have) - {f"rank{k}.pt" for k in range(world_size)})
+        if missing or extra:  # another rank count: its streams would not continue where they stopped
+            detail = (f"no state for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}" if missing
+                      else f"no rank for {', '.join(n[:-3] for n in extra)}")
             raise CheckpointError(
-                f"checkpoint {folder!r} holds RNG state for {len(have)} rank(s), this run has {world_size} "
-                f"(no state for rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}); "
-                f"set megatron_training.no_load_rng: true to resume with fresh random streams")
+                f"checkpoint {folder!r} holds {whose}RNG state for {len(have)} rank(s), this run has {world_size}"
+                f"{'' if group == 'actor' else ' ' + group + ' rank(s)'} ({detail}); set "
+                f"megatron_training.no_load_rng: true to resume with fresh random streams")
 
 
 class Checkpointer:
@@ -384,8 +433,10 @@ class Checkpointer:
             self.load_workers(resume.folder, 0, False, False)
         else:
             self.load_workers(resume.folder, resume.iteration, resume.with_optimizer, resume.with_rng)
-        print(resume_line(resume.folder, resume.iteration, resume.finetune, resume.with_optimizer,
-                          resume.with_rng), flush=True)
+        line = resume_line(resume.folder, resume.iteration, resume.finetune, resume.with_optimizer, resume.with_rng)
+        if resume.fresh:
+            line += f"; no state for the {' and '.join(resume.fresh)}: it starts from its own model"
+        print(line, flush=True)
         return dict(resume.state)
 
     def save(self, iteration: int, state: dict) -> str:

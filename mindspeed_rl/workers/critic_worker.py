@@ -10,10 +10,9 @@ from torch.nn.utils.rnn import pad_sequence
 from mindspeed_rl.config_cls.stages import CRITIC_TRAIN, VALUES
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.loss.value_loss import value_loss
+from mindspeed_rl.utils.checkpoint import CRITIC_DCP_DIR, CRITIC_RNG_DIR
 from mindspeed_rl.utils.dist_sync import all_reduce_scalar
 from mindspeed_rl.workers.engine_worker import EngineWorker, sequence_lengths
-
-CRITIC_DCP_DIR, CRITIC_RNG_DIR = "critic_dcp", "critic_rng"
 
 
 class CriticWorker(EngineWorker):

@@ -11,7 +11,7 @@ from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.loss.grpo_loss import grpo_loss
 from mindspeed_rl.models.rollout import make_backend
 from mindspeed_rl.models.rollout.drift import rollout_drift
-from mindspeed_rl.utils.checkpoint import DCP_DIR
+from mindspeed_rl.utils.checkpoint import DCP_DIR, RNG_DIR
 from mindspeed_rl.utils.error_cause import named_failure
 from mindspeed_rl.utils.dist_sync import all_reduce_scalar
 from mindspeed_rl.workers.engine_worker import EngineWorker, sequence_lengths as _lengths
@@ -171,13 +171,13 @@ class IntegratedWorker(EngineWorker):
 
     def save_checkpoint(self, folder: str, with_optimizer: bool = True, with_rng: bool = True) -> str:
         """Sharded actor state (every rank writes its shards) and this rank's RNG state."""
-        self._save_engine(self.actor, folder, DCP_DIR, "rng", with_optimizer, with_rng)
+        self._save_engine(self.actor, folder, DCP_DIR, RNG_DIR, with_optimizer, with_rng)
         return folder
 
     def load_checkpoint(self, folder: str, iteration: int, with_optimizer: bool = True,
                         with_rng: bool = True) -> int:
         """Actor state of ``folder``; the LR schedule resumes after ``iteration``'s steps."""
-        self._load_engine(self.actor, folder, DCP_DIR, "rng", iteration, with_optimizer, with_rng)
+        self._load_engine(self.actor, folder, DCP_DIR, RNG_DIR, iteration, with_optimizer, with_rng)
         self.rollout.weights_changed()
         return iteration
 

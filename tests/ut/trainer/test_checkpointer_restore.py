@@ -162,3 +162,80 @@ def test_a_tracker_that_is_not_ascii_digits_is_named(tmp_path, text):
                                f"ASCII digits, holds {text!r}")
     from mindspeed_rl.utils.megatron_format import find_megatron_checkpoint
     assert find_megatron_checkpoint(str(tmp_path)) is None  # not Megatron's either, and no crash
+
+
+def _ppo_save(root, iteration, critic_ranks=2, actor_ranks=2):
+    """An iteration as a PPO run saves it: the actor's and the critic's sharded state and RNG files."""
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    folder = _saved(root, iteration, kl_coef=0.1, data_position=iteration)
+    for dcp_dir, rng_dir, ranks in ((ckpt.DCP_DIR, ckpt.RNG_DIR, actor_ranks),
+                                    (ckpt.CRITIC_DCP_DIR, ckpt.CRITIC_RNG_DIR, critic_ranks)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.save({"model": {"w": torch.ones(64)}, "optim": {"state": {"w": {"exp_avg": torch.ones(2)}}}},
+                     checkpoint_id=os.path.join(folder, dcp_dir))
+        os.makedirs(os.path.join(folder, rng_dir))
+        for k in range(ranks):
+            open(os.path.join(folder, rng_dir, f"rank{k}.pt"), "wb").close()
+    ckpt.write_tracker(str(root), iteration)
+    return folder
+
+
+def test_a_ppo_checkpoint_resumes_only_as_ppo_and_a_grpo_one_only_without_a_critic(tmp_path, capsys):
+    ppo = _ppo_save(tmp_path / "ppo", 4)
+    resume = ckpt.open_resume(str(tmp_path / "ppo"), world_size=2, critic_world_size=2)
+    assert resume.groups == ("actor", "critic") and resume.fresh == ()
+    with pytest.raises(ckpt.CheckpointError) as info:  # a GRPO run would drop the critic
+        ckpt.open_resume(str(tmp_path / "ppo"), world_size=2)
+    assert str(info.value) == (
+        f"checkpoint '{ppo}' (iteration 4) was saved by a PPO run (it holds the critic's state, critic_dcp/); this "
+        f"run has no critic, and resuming would drop it: resume with megatron_training.stage=ray_ppo, or set "
+        f"megatron_training.finetune: true to start this run from its actor's weights")
+    finetune = ckpt.open_resume(str(tmp_path / "ppo"), finetune=True, world_size=2)  # the key that drops it
+    assert finetune.groups == ("actor",) and finetune.fresh == ()
+    grpo = _with_dcp(_saved(tmp_path / "grpo", 3, kl_coef=0.1))
+    os.makedirs(os.path.join(grpo, ckpt.RNG_DIR))
+    ckpt.write_tracker(str(tmp_path / "grpo"), 3)
+    with pytest.raises(ckpt.CheckpointError) as info:
+        ckpt.open_resume(str(tmp_path / "grpo"), world_size=2, critic_world_size=2)
+    assert str(info.value) == (
+        f"checkpoint '{grpo}' (iteration 3) holds no critic state (critic_dcp/ is missing: saved by a GRPO or DAPO "
+        f"run); this PPO run cannot resume it: set megatron_training.finetune: true to start PPO from its actor's "
+        f"weights with a new critic (critic_config's model)")
+    new_critic = ckpt.open_resume(str(tmp_path / "grpo"), finetune=True, world_size=2, critic_world_size=2)
+    assert new_critic.groups == ("actor",) and new_critic.fresh == ("critic",)
+    workers = _Workers()
+    ckpt.Checkpointer(str(tmp_path / "grpo"), load_workers=workers.load).restore(new_critic)
+    assert capsys.readouterr().out.rstrip().endswith("; no state for the critic: it starts from its own model")
+
+
+def test_a_damaged_critic_shard_falls_back_to_the_previous_intact_checkpoint(tmp_path, capsys):
+    _ppo_save(tmp_path, 2)
+    newest = _ppo_save(tmp_path, 4)
+    shard = next(os.path.join(newest, ckpt.CRITIC_DCP_DIR, n) for n in os.listdir(os.path.join(
+        newest, ckpt.CRITIC_DCP_DIR)) if n.endswith(".distcp"))
+    with open(shard, "r+b") as f:
+        f.truncate(10)
+    resume = ckpt.open_resume(str(tmp_path), world_size=2, critic_world_size=2)
+    assert resume.iteration == 2
+    out = capsys.readouterr().out
+    assert f"shard {shard} is truncated (10 of " in out and "resuming from the previous intact iteration 2" in out
+    assert ckpt.damage(newest).startswith(f"shard {shard} is truncated (10 of ")  # the critic's file, named
+
+
+@pytest.mark.parametrize("critic_ranks, detail", [(4, "no state for ranks 2, 3"), (1, "no rank for rank1")])
+def test_another_number_of_critic_ranks_is_refused_as_for_the_actor(tmp_path, critic_ranks, detail):
+    folder = _ppo_save(tmp_path, 2, critic_ranks=2)
+    with pytest.raises(ckpt.CheckpointError) as info:
+        ckpt.open_resume(str(tmp_path), world_size=2, critic_world_size=critic_ranks)
+    assert str(info.value) == (f"checkpoint '{folder}' holds the critic's RNG state for 2 rank(s), this run has "
+                               f"{critic_ranks} critic rank(s) ({detail}); set megatron_training.no_load_rng: true "
+                               f"to resume with fresh random streams")
+    assert ckpt.open_resume(str(tmp_path), no_load_rng=True, world_size=2, critic_world_size=critic_ranks).groups == \
+        ("actor", "critic")
+    with pytest.raises(ckpt.CheckpointError, match=r"holds RNG state for 2 rank\(s\), this run has 1 \(no rank for "
+                                                   r"rank1\)"):
+        ckpt.open_resume(str(tmp_path), world_size=1, critic_world_size=2)  # the same rule for the actor
