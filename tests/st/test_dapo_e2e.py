@@ -1,7 +1,8 @@
 """DAPO end to end through cli/train_grpo.py: upstream's dapo_qwen3_32b_A3.yaml (05a90d7), as shipped,
-shrunk to a tiny Qwen3 by overrides only, trains 2 iterations on DP=2 (CPU) with every DAPO switch the
+shrunk to a tiny Qwen3 by overrides only, trains 3 iterations on DP=2 (CPU) with every DAPO switch the
 file sets: token-level loss, clip-higher, overlong penalty, dynamic sampling (here with DP balance on);
-then resumes from iteration 1 (refills included) and compares every metric with the uninterrupted run."""
+then resumes from iteration 1 (refills included) and compares every metric of iterations 2 and 3 with the
+uninterrupted run's."""
 import json
 import os
 import sys
@@ -19,13 +20,13 @@ CONFIG = os.path.join(UPSTREAM_CONFIGS, "05a90d7", "configs", "dapo_qwen3_32b_A3
 TINY = tiny_shape("qwen3_32b")
 
 
-def test_dapo_qwen3_32b_config_shrunk_trains_two_iterations(tmp_path, monkeypatch, capsys):
+def test_dapo_qwen3_32b_config_shrunk_trains_and_resumes_exactly(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     model_dir = tmp_path / "model"
     overrides = TINY + [
         f"megatron_training.tokenizer_name_or_path={model_dir}",
         "megatron_training.data_path=toy:length", "megatron_training.global_batch_size=4",
-        "megatron_training.seq_length=32", "megatron_training.train_iters=2",
+        "megatron_training.seq_length=32", "megatron_training.train_iters=3",
         "actor_config.tensor_model_parallel_size=1", "actor_config.finetune=false", "actor_config.load=null",
         f"actor_config.save={tmp_path / 'ckpt'}", "megatron_training.save_interval=1",
         "rl_config.actor_resource.num_npus=2", "rl_config.n_samples_per_prompt=4", "rl_config.max_prompt_length=8",
@@ -40,7 +41,7 @@ def test_dapo_qwen3_32b_config_shrunk_trains_two_iterations(tmp_path, monkeypatc
     assert "run plan: layout DP=2 TP=1 (2 workers, fsdp engine); 16 rows per round" in out
     with open(model_dir / "config.json", encoding="utf-8") as f:
         assert json.load(f)["architectures"] == ["Qwen3ForCausalLM"]
-    assert len(history) == 2
+    assert len(history) == 3
     batches = 0
     for m in history:
         assert np.isfinite(m["actor/pg_loss"]) and m["actor/grad_norm"] > 0
@@ -54,7 +55,7 @@ def test_dapo_qwen3_32b_config_shrunk_trains_two_iterations(tmp_path, monkeypatc
         # the train stage was balanced over both ranks, whatever the kept row count
         assert {"dp_balance/actor_train/rank0", "dp_balance/actor_train/rank1"} <= set(m)
     # the checkpoint's data position is the number of prompt batches taken, refills included
-    state = read_state(str(tmp_path / "ckpt" / "iter_0000002"))
+    state = read_state(str(tmp_path / "ckpt" / "iter_0000003"))
     assert state["data_position"] == batches
     assert "dapo: batches=" in out
 
@@ -68,9 +69,10 @@ def test_dapo_qwen3_32b_config_shrunk_trains_two_iterations(tmp_path, monkeypatc
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("resumed from")]
     assert said == [f"resumed from {tmp_path / 'ckpt' / 'iter_0000001'} at iteration 1: restored weights, optimizer "
                     f"state, RNG state, KL coefficient and data position"]
-    assert len(resumed) == 1
+    assert len(resumed) == 2
     clocks = ("timing/", "memory/")
-    want = {k: v for k, v in history[1].items() if not k.startswith(clocks)}
-    got = {k: v for k, v in resumed[0].items() if not k.startswith(clocks)}
-    assert sorted(got) == sorted(want)
-    assert [k for k in want if got[k] != want[k]] == []
+    for straight, again in zip(history[1:], resumed):  # every iteration after the resume, bit for bit
+        want = {k: v for k, v in straight.items() if not k.startswith(clocks)}
+        got = {k: v for k, v in again.items() if not k.startswith(clocks)}
+        assert sorted(got) == sorted(want)
+        assert [k for k in want if got[k] != want[k]] == []
