@@ -293,7 +293,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 class Interrupted(BaseException):
-    """SIGINT / SIGTERM: unwinds the run (Ray torn down in ``_train``) like KeyboardInterrupt."""
+    """SIGINT / SIGTERM / SIGHUP: unwinds the run (Ray torn down in ``_train``) like KeyboardInterrupt."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -315,7 +315,7 @@ def install_signal_handlers() -> None:
     import signal
     import threading
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: the terminal closed
             signal.signal(sig, _on_signal)
 
 

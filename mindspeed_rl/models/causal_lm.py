@@ -54,7 +54,19 @@ def load_value_model(model_path: str, **load_kwargs) -> torch.nn.Module:
                          f"installed transformers, so it cannot be loaded as a value model")
     config.num_labels = 1
     config.classifier_dropout = 0.0
-    return AutoModelForTokenClassification.from_pretrained(model_path, config=config, **load_kwargs)
+    from transformers.utils import logging as hf_logging
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # transformers' load report lists the new head as MISSING: expected here
+    try:
+        model, info = AutoModelForTokenClassification.from_pretrained(model_path, config=config,
+                                                                      output_loading_info=True, **load_kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    missing = [k for k in info.get("missing_keys", ()) if not k.startswith("score.")]
+    if missing:  # only the value head may be new: anything else means the weights are not this family's
+        raise ValueError(f"the value model loaded from {model_path!r} lacks weights beyond its new value head: "
+                         f"{sorted(missing)[:8]}")
+    return model
 
 
 def _to_float(value) -> float:

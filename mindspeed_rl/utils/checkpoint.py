@@ -148,8 +148,9 @@ def find(load: str, weights_only: bool = False, deep: bool = True) -> Tuple[str,
     return folder, iteration
 
 
-def _find(load: str, weights_only: bool, deep: bool) -> Tuple[str, int, Optional[dict]]:
-    """``find``, with the chosen folder's trainer state as its check read it (None: not read)."""
+def _find(load: str, weights_only: bool, deep: bool, say: bool = True) -> Tuple[str, int, Optional[dict]]:
+    """``find``, with the chosen folder's trainer state as its check read it (None: not read); ``say``: print
+    the fall-back to an older iteration (once per run: the load that uses it says it)."""
     folder, iteration = _named(load)
     check = (lambda f: _inspect(f, weights_only)) if deep else (lambda f: (incomplete(f), None))
     problem, state = check(folder)
@@ -160,16 +161,19 @@ def _find(load: str, weights_only: bool, deep: bool) -> Tuple[str, int, Optional
     for older in sorted((i for i in _iterations(load) if i < iteration), reverse=True):
         older_problem, state = check(iteration_dir(load, older))
         if older_problem is None:
-            print(f"warning: checkpoint {folder!r} cannot be loaded ({problem}); resuming from the previous "
-                  f"intact iteration {older}", flush=True)
+            if say:
+                print(f"warning: checkpoint {folder!r} cannot be loaded ({problem}); resuming from the previous "
+                      f"intact iteration {older}", flush=True)
             return iteration_dir(load, older), older, state
     raise CheckpointError(f"checkpoint {folder!r} of iteration {iteration} (named by the tracker) cannot be "
                           f"loaded: {problem}; no older intact iteration in {load!r}")
 
 
 def resolve(load: str) -> Tuple[str, int]:
-    """``find`` with the cheap check only (the save finished): for config time."""
-    return find(load, deep=False)
+    """``find`` with the cheap check only (the save finished), silent: for config time (the resume that
+    follows checks every file and says which iteration it falls back to)."""
+    folder, iteration, _ = _find(load, weights_only=False, deep=False, say=False)
+    return folder, iteration
 
 
 def damage(folder: str, weights_only: bool = False) -> Optional[str]:

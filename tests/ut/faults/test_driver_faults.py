@@ -237,9 +237,9 @@ def _main_with(monkeypatch, capsys, fault):
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_ends_the_run_with_one_line_and_128_plus_signal(monkeypatch, capsys, sig):
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
     def interrupted():
         train_grpo.PROGRESS.update(last_saved=4, save_dir="/ckpt")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForTokenClassification, Qwen2Config, Qwen2ForCausalLM
 
 from mindspeed_rl.models.causal_lm import CausalLMEngine, load_value_model
 
@@ -96,3 +96,47 @@ def test_trusting_a_checkpoint_without_code_changes_nothing(tmp_path):
     module = load_value_model(str(tmp_path), trust_remote_code=True, dtype=torch.bfloat16)
     assert type(module).__name__ == "Qwen2ForTokenClassification" and module.dtype == torch.bfloat16
     assert module.config.num_labels == 1
+
+
+def _qwen2(path, drop=None):
+    config = Qwen2Config(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, intermediate_size=32, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config)
+    state = {k: v for k, v in model.state_dict().items() if k != drop}
+    model.save_pretrained(path, state_dict=state)
+    return str(path)
+
+
+def test_the_new_value_head_loads_without_transformers_missing_report(tmp_path):
+    import logging
+    from transformers.utils import logging as hf_logging
+    path = _qwen2(tmp_path / "m")
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+    handler, root = Keep(), logging.getLogger("transformers")
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_warning()  # where transformers reports a missing weight
+    root.addHandler(handler)
+    try:
+        AutoModelForTokenClassification.from_pretrained(path, num_labels=1)  # the control: transformers reports
+        assert any("MISSING" in text for text in seen)
+        seen.clear()
+        model = load_value_model(path)
+        assert model.score.out_features == 1
+        assert not any("MISSING" in text for text in seen)  # the new head is expected: no load report
+        assert hf_logging.get_verbosity() == hf_logging.WARNING  # the caller's verbosity is back
+    finally:
+        root.removeHandler(handler)
+        hf_logging.set_verbosity(before)
+
+
+def test_weights_missing_besides_the_head_are_an_error_naming_them(tmp_path):
+    path = _qwen2(tmp_path / "m", drop="model.layers.0.mlp.up_proj.weight")
+    with pytest.raises(ValueError) as info:
+        load_value_model(path)
+    assert str(info.value) == (f"the value model loaded from {path!r} lacks weights beyond its new value head: "
+                               f"['model.layers.0.mlp.up_proj.weight']")

@@ -68,6 +68,15 @@ def test_fallback_never_picks_an_iteration_newer_than_the_tracker(tmp_path):
     assert ckpt.find(ckpt.iteration_dir(root, 9)) == (ckpt.iteration_dir(root, 9), 9)
 
 
+def test_the_fall_back_is_said_once_a_run(tmp_path, capsys):
+    root = _root(tmp_path, [2, 4], tracker=4)
+    os.remove(os.path.join(ckpt.iteration_dir(root, 4), ckpt.STATE))  # an unfinished save: the cheap check sees it
+    assert ckpt.resolve(root) == (ckpt.iteration_dir(root, 2), 2)  # config time: silent
+    assert capsys.readouterr().out == ""
+    ckpt.find(root)  # the load says it
+    assert capsys.readouterr().out.count("resuming from the previous intact iteration 2") == 1
+
+
 def test_intact_newest_is_taken_without_a_warning(tmp_path, capsys):
     root = _root(tmp_path, [1, 2], tracker=2)
     assert ckpt.find(root) == (ckpt.iteration_dir(root, 2), 2)
