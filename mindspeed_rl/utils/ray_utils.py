@@ -5,7 +5,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Optional
+from typing import List, Optional
 
 import ray
 
@@ -55,12 +55,36 @@ def session_dir_for(temp_dir: Optional[str]) -> Optional[str]:
     return None if ray_path_problem(path) else path
 
 
+TEMP_PREFIX = "msrl_ray_"  # + the owner's pid + "_" + random: a folder of a dead owner is removed by the next run
+
+
+def remove_stale_temp_dirs(base: str) -> List[str]:
+    """Remove the session folders under ``base`` that a run made and could not remove (it was killed): those
+    whose owner pid no longer runs. Returns the folders removed."""
+    removed = []
+    for name in os.listdir(base):
+        pid = name[len(TEMP_PREFIX):].split("_", 1)[0] if name.startswith(TEMP_PREFIX) else ""
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its owner still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # another user's live process
+        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        removed.append(os.path.join(base, name))
+    return removed
+
+
 def _short_temp_dir() -> str:
     base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
     if ray_path_problem(base):
         raise ValueError(f"Ray's session files need a short ASCII folder: {base!r} (the temporary folder) is not "
                          f"one ({ray_path_problem(base)}); set TMPDIR to such a folder")
-    path = tempfile.mkdtemp(prefix="msrl_ray_", dir=base)
+    remove_stale_temp_dirs(base)
+    path = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}_", dir=base)
     global _atexit_registered
     if not _atexit_registered:
         atexit.register(_at_exit)
