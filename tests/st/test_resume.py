@@ -10,7 +10,7 @@ from transformers import AutoConfig, AutoTokenizer
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from cli.train_grpo import run  # noqa: E402
 from mindspeed_rl.config_cls import ConfigError, build_configs, load_config  # noqa: E402
-from mindspeed_rl.utils.checkpoint import TRACKER, CheckpointError  # noqa: E402
+from mindspeed_rl.utils.checkpoint import TRACKER, CheckpointError, find  # noqa: E402
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "grpo_tiny_cpu.yaml")
 KEYS = ("reward/mean", "actor/pg_loss", "actor/kl", "actor/grad_norm", "actor/lr", "response_length/mean",
@@ -84,6 +84,8 @@ def test_missing_or_corrupt_checkpoint_is_a_clear_error(tiny_model, tmp_path, ca
         f.write("6\n")  # names an iteration that was never saved: the newest complete one is taken, and said
     capsys.readouterr()
     build_configs(load_config(CONFIG, [f"megatron_training.load={save}", "megatron_training.model_path=/x"]))
+    assert "iter_0000006" not in capsys.readouterr().out  # said once, by the load itself
+    assert find(save)[1] == 2
     said = capsys.readouterr().out
     assert "iter_0000006" in said and "resuming from the previous intact iteration 2" in said
     with pytest.raises(ConfigError, match="does not exist"):

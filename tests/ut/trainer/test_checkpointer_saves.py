@@ -53,6 +53,8 @@ def test_resume_skips_an_incomplete_latest_iteration_and_says_so(tmp_path, capsy
     os.remove(os.path.join(ckpt.iteration_dir(str(tmp_path), 2), ckpt.DCP_DIR, ".metadata"))
     folder, iteration = ckpt.resolve(str(tmp_path))
     assert iteration == 1 and folder == ckpt.iteration_dir(str(tmp_path), 1)
+    assert capsys.readouterr().out == ""  # config time is silent: the load that follows says it, once
+    assert ckpt.find(str(tmp_path), deep=False) == (folder, 1)
     assert "iter_0000002" in capsys.readouterr().out
     # an iteration folder named directly has no fallback
     with pytest.raises(ckpt.CheckpointError, match=r"\.metadata is missing"):
