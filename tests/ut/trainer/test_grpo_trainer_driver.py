@@ -20,6 +20,7 @@ from mindspeed_rl.workers.parallel_state import ParallelState
 from ut.dapo.test_dapo_sampling import Engine, Group, Reward, batches
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
+PPO = TINY.parent / "ppo_tiny_cpu.yaml"
 NAN = float("nan")
 
 
@@ -97,13 +98,16 @@ def test_fit_saves_every_interval_and_the_last_iteration(tmp_path, capsys):
     assert capsys.readouterr().out.count("saved checkpoint ") == 3
 
 
-def test_save_flags_reach_every_worker_group(tmp_path):
-    group = Saving()
-    trainer = _trainer(group, "megatron_training.train_iters=1", save_interval=1, save_dir=str(tmp_path),
-                       save_optimizer=False, save_rng=False)
+@pytest.mark.parametrize("optimizer, rng", [(False, False), (True, False), (False, True)])
+def test_save_flags_reach_every_worker_group(tmp_path, optimizer, rng):
+    actor, critic = Saving(), Saving()
+    cfgs = build_configs(load_config(PPO, ["megatron_training.model_path=/unused", "megatron_training.train_iters=1"]))
+    trainer = hybrid.RayGRPOTrainer(actor_worker=actor, critic_worker=critic, reward_list=[Reward()],
+                                    run_plan=cfgs.plan, dataset_additional_keys=["labels"], init_kl_coef=0.04,
+                                    save_interval=1, save_dir=str(tmp_path), save_optimizer=optimizer, save_rng=rng)
     _script(trainer, [_ok()])
     trainer.fit(iter(range(1)))
-    assert group.flags == [(False, False)]
+    assert actor.flags == critic.flags == [(optimizer, rng)]  # each group saved once, with the run's flags
 
 
 def test_without_a_save_folder_nothing_is_saved(capsys):
@@ -436,7 +440,6 @@ def test_a_prompt_longer_than_the_limit_is_refused_naming_its_row(workers):
 
 # ------------------------------------------------------------------ PPO's driver stages and KL
 
-PPO = TINY.parent / "ppo_tiny_cpu.yaml"
 
 
 class Runner:
