@@ -10,7 +10,9 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("vllm")
+from vllm_need import need_vllm
+
+need_vllm()
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))

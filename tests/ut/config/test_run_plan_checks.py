@@ -5,6 +5,8 @@ import warnings
 
 import pytest
 
+from vllm_need import plan_needs_vllm
+
 from mindspeed_rl.config_cls import GenerateConfig, MegatronConfig, RLConfig
 from mindspeed_rl.config_cls import stages as table
 from mindspeed_rl.config_cls.rollout_spec import vllm_version
@@ -602,11 +604,14 @@ def test_features_follow_the_configs():
 
 
 def test_rollout_log_probs_follow_the_rollout_backend():
-    vllm, hf = _plan(gen={"rollout_backend": "vllm"}), _plan(gen={"rollout_backend": "hf"})
-    assert vllm.features.rollout_log_probs is True and hf.features.rollout_log_probs is False
-    # vLLM's rollout also writes its log-probs, transformers' generate does not
-    assert vllm.stages["actor_rollout"].outputs == ("responses", "response_length", "rollout_log_probs")
+    hf = _plan(gen={"rollout_backend": "hf"})
+    assert hf.features.rollout_log_probs is False
     assert hf.stages["actor_rollout"].outputs == ("responses", "response_length")
+    plan_needs_vllm()  # a vLLM plan is refused where vLLM is not installed
+    vllm = _plan(gen={"rollout_backend": "vllm"})
+    # vLLM's rollout also writes its log-probs, transformers' generate does not
+    assert vllm.features.rollout_log_probs is True
+    assert vllm.stages["actor_rollout"].outputs == ("responses", "response_length", "rollout_log_probs")
 
 
 def test_the_critics_update_dispatch_size_is_judged_in_the_critics_layout():

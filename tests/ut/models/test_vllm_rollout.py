@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("vllm")
+from vllm_need import need_vllm
+
+need_vllm()
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

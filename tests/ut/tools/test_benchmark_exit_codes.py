@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from vllm_need import need_vllm
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -63,7 +65,7 @@ def test_smoke_table_has_a_row_per_dp_stage_and_skips_resume_markers(tmp_path, c
 @pytest.fixture(scope="module")
 def rollout_quick(tmp_path_factory):
     """One real `bench_rollout.py --quick` (tiny and 14M models, both backends; ~2 min on 2 cores)."""
-    pytest.importorskip("vllm")
+    need_vllm()
     import json
     bench = _load("bench_rollout")
     out = tmp_path_factory.mktemp("rollout_quick")
