@@ -97,9 +97,12 @@ def test_worker_killed_while_vllm_generates_is_named_in_one_line(tmp_path):
     run_ = Run(args, str(tmp_path / "log.txt"))
     hit = run_.wait_line(lambda text: text.startswith("iter 1:"), 600)
     assert hit, "the run did not finish its first iteration"
-    time.sleep(0.1)  # iteration 2 starts with the rollout (several seconds of generation)
-    pids = run_.actors("ray::IntegratedWorker")
-    assert pids
+    # Ray titles a worker's process with the method it runs: iteration 2's rollout is its queued stage
+    deadline, pids = time.monotonic() + 300, []
+    while not pids and time.monotonic() < deadline:
+        pids = run_.actors("ray::IntegratedWorker.run_queued_stage")
+        time.sleep(0.02)
+    assert pids, "no worker entered iteration 2's rollout"
     os.kill(pids[0], signal.SIGKILL)
     rc, left = run_.finish(300)
     _, line = run_.error_line()
