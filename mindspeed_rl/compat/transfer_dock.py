@@ -86,6 +86,27 @@ class TransferDock(DriverDock):
         with self._data_lock:
             return ColumnBatch({c: self.experience_data[c].views(rows) for c in experience_columns})
 
+    def _put(self, experience_columns: List[str], experience: List[List[Tensor]],
+             indexes: Optional[List[int]] = None) -> None:
+        """Upstream's low-level write: ``experience[c][i]`` is column ``experience_columns[c]``'s value
+        at row ``indexes[i]``. Checked whole before anything is written (``put_experience``)."""
+        columns = list(experience_columns or [])
+        if len(experience) != len(columns):
+            raise ValueError(f"put experience: {len(columns)} columns {columns} but {len(experience)} "
+                             f"lists of rows were given")
+        self.put_experience(dict(zip(columns, (list(rows) for rows in experience))), indexes)
+
+    def _get(self, experience_columns: List[str], indexes: List[int]) -> List[List[Tensor]]:
+        """Upstream's low-level read: for each column, the rows ``indexes`` in that order, once every cell is
+        ready (waits up to ``timeout``). No rows: one empty list per column."""
+        columns = list(experience_columns)
+        self._check_columns(columns, "get experience")
+        if len(indexes) == 0:
+            return [[] for _ in columns]
+        rows = self._check_indexes(indexes, "get experience")
+        batch = self._get_batch(columns, rows)
+        return [list(batch[c]) for c in columns]
+
     def get_experience_data(self):
         return self.experience_data
 
