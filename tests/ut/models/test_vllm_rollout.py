@@ -40,3 +40,14 @@ def test_rollout_log_probs_match_the_trainers_for_the_sampled_tokens(found):
 def test_a_rows_response_depends_on_its_own_seed_only(found):
     assert found["seed_alone_equal"] and found["seed_repeat_equal"]
     assert found["other_seeds_differ"]
+
+
+@pytest.mark.parametrize("case", ["t07_k4", "t15_minp"])
+def test_rollout_log_probs_are_those_sampled_from_after_temperature_top_k_and_min_p(found, case):
+    # temperature 0.7 with top-k 4, and temperature 1.5 with min_p 0.5 (so min_p must reach the engine)
+    got = found[case]
+    assert got["rows"] == found["prompts"] and got["masked"] > 0  # the processing removed tokens here
+    assert got["outside"] == 0  # every sampled token survives the processing
+    assert got["max_diff"] < 1e-4
+    # the control: the renormalisation matters, the temperature-only log-probs are not these
+    assert got["temperature_only_diff"] > 1e-3

@@ -60,7 +60,52 @@ def main(work: str) -> dict:
     found["seed_alone_equal"] = alone[0] == tokens[5]
     found["seed_repeat_equal"] = again == tokens
     found["other_seeds_differ"] = other != tokens
+    found.update(processed_cases(actor, vllm_tokens, prompts, seeds, EOS_ID))
     return found
+
+
+def processed_cases(actor, vllm_tokens, prompts, seeds, eos_id) -> dict:
+    """The engine's log-probs are those it sampled from: after temperature, min_p and top-k, renormalised.
+    Each is compared with the same processing applied here to the trainer's own logits."""
+    import torch
+    from mindspeed_rl.config_cls.worker_spec import SamplingSpec
+
+    def logits_of(prompt, response):
+        ids = torch.cat([prompt, torch.tensor(response, dtype=prompt.dtype)])
+        with torch.no_grad():
+            logits = actor.module(ids[None]).logits[0].float()
+        return logits[prompt.numel() - 1:prompt.numel() - 1 + len(response)]
+
+    def expected(logits, temperature, top_k, min_p):
+        scaled = logits / temperature
+        keep = torch.ones_like(scaled, dtype=torch.bool)
+        if min_p > 0:
+            probs = scaled.softmax(-1)
+            keep &= probs >= min_p * probs.max(-1, keepdim=True).values
+        if top_k > 0:
+            keep &= scaled >= scaled.topk(top_k, -1).values[:, -1:]
+        return scaled.masked_fill(~keep, float("-inf")).log_softmax(-1), int((~keep).sum())
+
+    out = {}
+    for name, temperature, top_k, min_p in (("t07_k4", 0.7, 4, 0.0), ("t15_minp", 1.5, -1, 0.5)):
+        spec = SamplingSpec(max_tokens=8, temperature=temperature, top_p=1.0, top_k=top_k, min_p=min_p)
+        tokens, log_probs = vllm_tokens(spec, seeds, eos=eos_id)
+        diff, plain_diff, masked, outside = 0.0, 0.0, 0, 0
+        for prompt, toks, lps in zip(prompts, tokens, log_probs):
+            if not toks:
+                continue
+            logits = logits_of(prompt, toks)
+            processed, dropped = expected(logits, temperature, top_k, min_p)
+            index = torch.tensor(toks)[:, None]
+            want = processed.gather(1, index)[:, 0]
+            outside += int(torch.isinf(want).sum())  # a sampled token the processing would have removed
+            diff = max(diff, float((want - lps).abs().max()))
+            plain = (logits / temperature).log_softmax(-1).gather(1, index)[:, 0]  # temperature only
+            plain_diff = max(plain_diff, float((plain - lps).abs().max()))
+            masked += dropped
+        out[name] = {"max_diff": diff, "temperature_only_diff": plain_diff, "masked": masked, "outside": outside,
+                     "rows": sum(1 for t in tokens if t)}
+    return out
 
 
 if __name__ == "__main__":
