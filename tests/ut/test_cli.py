@@ -170,7 +170,7 @@ def test_dry_run_says_which_rollout_backend_runs_and_why(capsys, monkeypatch):
     assert main(["--config", TINY, "--dry-run", "generate_config.rollout_backend=vllm"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: generate_config.rollout_backend=vllm cannot run: vLLM is not installed; "
-                          "pip install -e .[vllm]") and err.count("\n") == 1
+                          "install it with `bash scripts/install.sh vllm`") and err.count("\n") == 1
     assert not ray.is_initialized()
 
 

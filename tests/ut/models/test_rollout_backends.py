@@ -34,11 +34,11 @@ def test_auto_takes_vllm_when_installed_and_the_model_runs(with_vllm):
 
 def test_auto_falls_back_to_hf_and_says_why(without_vllm):
     backend, why = choose_backend("auto", Section(), "cpu")
-    assert backend == "hf" and "not installed" in why and "pip install -e .[vllm]" in why
+    assert backend == "hf" and "not installed" in why and "bash scripts/install.sh vllm" in why
 
 
 def test_asking_for_vllm_without_it_is_one_clear_error(without_vllm):
-    with pytest.raises(ValueError, match=r"rollout_backend=vllm cannot run: vLLM is not installed; pip install"):
+    with pytest.raises(ValueError, match=r"rollout_backend=vllm cannot run: vLLM is not installed; install it with `bash scripts/install.sh vllm`"):
         choose_backend("vllm", Section(), "cpu")
 
 
