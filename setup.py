@@ -6,7 +6,7 @@ with open("requirements.txt", encoding="utf-8") as f:
 setup(
     name="mindspeed_rl",
     version="0.1.0",
-    description="GRPO post-training on Ray with data-parallel sequence-length balance",
+    description="GRPO, DAPO and PPO post-training on Ray with DP batch balance (data-parallel sequence-length balance)",
     packages=find_packages(include=["mindspeed_rl", "mindspeed_rl.*"]),
     python_requires=">=3.9",
     install_requires=requirements,

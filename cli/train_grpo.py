@@ -273,8 +273,9 @@ def _dry_run_main(args, debug: bool) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="GRPO training with DP batch balance on Ray, from an "
-                                                 "upstream-style YAML config.")
+    parser = argparse.ArgumentParser(description="GRPO, DAPO or PPO post-training (megatron_training.stage: "
+                                                 "ray_grpo, ray_dapo, ray_ppo) with DP batch balance on Ray, "
+                                                 "from an upstream-style YAML config.")
     parser.add_argument("--config", required=True, help="YAML config, e.g. configs/grpo_tiny_cpu.yaml")
     parser.add_argument("--output-dir", default="outputs/grpo",
                         help="run folder: metrics.jsonl, balance.jsonl, TensorBoard, Ray session files "
