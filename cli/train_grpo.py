@@ -94,6 +94,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    from mindspeed_rl.config_cls.algorithm_line import algorithm_line
     from mindspeed_rl.config_cls.model_arch import check_against_checkpoint, hf_config_kwargs
     from mindspeed_rl.datasets.options import data_options
     from mindspeed_rl.datasets.prompt_dataset import prompt_batches
@@ -124,6 +125,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
         data = prompt_batches(actor.data_path, actor.global_batch_size, rl.seed, tokenizer,
                               start=state["data_position"], **data_options(actor, rl))
         data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
+        print(algorithm_line(cfgs.plan, actor.stage))
         print(cfgs.plan.worker.rollout.describe())
         print(f"run plan: {cfgs.plan.summary()}")
         return _train(cfgs, tokenizer, data, resume, state, output_dir)
@@ -230,6 +232,7 @@ def dry_run(config: str, overrides: List[str] = ()) -> List[str]:
     memory of ``config``. Starts no Ray, reads no weights or data."""
     import warnings
 
+    from mindspeed_rl.config_cls.algorithm_line import algorithm_line
     from mindspeed_rl.config_cls.loader import build_configs, load_config
     from mindspeed_rl.config_cls.megatron_config import MODEL_FAMILY_KEYS
     from mindspeed_rl.tools.memory_plan import plan_memory, table
@@ -249,6 +252,7 @@ def dry_run(config: str, overrides: List[str] = ()) -> List[str]:
     if plan.layout.asked:
         lines.append(f"layout asked: {plan.layout.asked}; runs: DP={plan.layout.dp} x TP={plan.layout.tp} "
                      f"({plan.layout.engine} engine)")
+    lines.append(algorithm_line(plan, actor.stage))
     lines.append(plan.worker.rollout.describe())
     lines.append(f"run plan: {plan.summary()}")
     lines.append(f"optimizer steps: {plan.steps_per_iteration} per iteration x {plan.train_iters} iterations; "

@@ -39,6 +39,11 @@ def test_dapo_qwen3_32b_config_shrunk_trains_and_resumes_exactly(tmp_path, monke
     history = run(CONFIG, overrides, str(tmp_path / "out"), str(model_dir))
     out = capsys.readouterr().out
     assert "run plan: layout DP=2 TP=1 (2 workers, fsdp engine); 16 rows per round" in out
+    # the run says first that DAPO runs, with its features
+    assert ("algorithm: DAPO (megatron_training.stage=ray_dapo): advantages group_norm over 4 samples per prompt; "
+            "dynamic sampling on 'length_match' (keeps 4 groups, at most 4 batches); overlong penalty over the last "
+            "4 of 10 tokens") in out
+    assert out.index("algorithm: DAPO") < out.index("run plan:")
     with open(model_dir / "config.json", encoding="utf-8") as f:
         assert json.load(f)["architectures"] == ["Qwen3ForCausalLM"]
     assert len(history) == 3

@@ -138,6 +138,12 @@ def test_dry_run_of_upstream_qwen3_8b_shrunk_by_overrides(capsys):
     assert not ray.is_initialized()
 
 
+def test_dry_run_names_the_algorithm_before_the_plan(capsys):
+    assert main(["--config", TINY, "--dry-run", "megatron_training.stage=ray_dapo"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("algorithm: DAPO (megatron_training.stage=ray_dapo): ") < out.index("run plan:")
+
+
 def test_dry_run_config_error_is_one_line_exit_2(capsys):
     assert main(["--config", TINY, "--dry-run", "rl_config.use_dp_batch_balanse=true"]) == 2
     err = capsys.readouterr().err

@@ -1,0 +1,45 @@
+"""The run's algorithm in one line, for the console and the dry run: which trainer runs
+(``megatron_training.stage``) and the features of it that this run switches on or off."""
+from typing import Optional
+
+ALGORITHMS = {None: "GRPO", "ray_grpo": "GRPO", "ray_dapo": "DAPO", "ray_ppo": "PPO"}
+
+
+def algorithm_line(plan, stage: Optional[str]) -> str:
+    """``algorithm: DAPO (megatron_training.stage=ray_dapo): ...`` from the run plan, whose features were
+    decided once from the configs (nothing here reads a config)."""
+    name = ALGORITHMS[stage]
+    f, loss = plan.features, plan.worker.loss
+    parts = []
+    if f.critic:
+        critic = plan.critic.layout
+        parts.append(f"critic DP={critic.dp} TP={critic.tp}, GAE gamma={plan.gae.gamma:g} lam={plan.gae.lam:g}, "
+                     f"value clip {loss.cliprange_value:g}")
+    else:
+        parts.append(f"advantages {f.estimator} over {plan.n_samples} samples per prompt")
+    if name == "DAPO" or f.dynamic_sampling:
+        g = plan.group_filter
+        if g is None:
+            parts.append("dynamic sampling off (filter_groups_enable: false)")
+        else:
+            limit = f"at most {g.max_batches} batches" if g.max_batches > 0 else "no batch limit"
+            parts.append(f"dynamic sampling on '{g.metric}' (keeps {g.train_prompts} groups, {limit})")
+    if plan.overlong is not None:
+        o = plan.overlong
+        parts.append(f"overlong penalty over the last {o.buffer} of {o.max_tokens} tokens (factor {o.penalty_factor:g})")
+    elif name == "DAPO":
+        parts.append("overlong penalty off")
+    if loss.clip_ratio_low is not None:
+        parts.append(f"clip-higher ({loss.clip_ratio_low:g}, {loss.clip_ratio_high:g})")
+    else:
+        parts.append(f"clip {loss.clip_ratio:g}")
+    parts.append("token-level loss" if loss.token_level_loss else "sequence-mean loss")
+    if f.kl_in_reward:
+        parts.append(f"KL in the rewards ({loss.kl_penalty})")
+    elif f.kl_in_loss:
+        parts.append(f"KL in the loss ({loss.kl_penalty})")
+    else:
+        parts.append("no KL (init_kl_coef 0)")
+    parts.append("on-policy (one optimizer step per round)" if f.on_policy
+                 else f"{plan.steps_per_iteration} optimizer steps per round")
+    return f"algorithm: {name} (megatron_training.stage={stage or 'ray_grpo'}): " + "; ".join(parts)
