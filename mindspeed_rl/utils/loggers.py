@@ -131,8 +131,9 @@ class MetricsLogger:
             return _Records(path, fresh=True)
         dropped = _keep_until(path, resume_from)
         if dropped:
-            print(f"{path}: dropped the records of iterations {dropped[0]}-{dropped[-1]} (after the resume "
-                  f"point {resume_from})", flush=True)
+            which = (f"iteration {dropped[0]}" if len(dropped) == 1
+                     else f"iterations {dropped[0]}-{dropped[-1]}")
+            print(f"{path}: dropped the records of {which} (after the resume point {resume_from})", flush=True)
         records = _Records(path, fresh=False)
         records.write([{"event": RESUME_EVENT, "from_iteration": resume_from, "checkpoint": self.checkpoint,
                         "dropped_iterations": dropped,

@@ -101,3 +101,10 @@ def test_resumed_logger_touches_nothing_until_its_checkpoint_loaded(tmp_path, ca
     logger.close()
     assert _iterations(tmp_path / "metrics.jsonl") == [1, None]
     assert "dropped the records of iterations 2-3" in capsys.readouterr().out
+
+
+def test_one_dropped_iteration_is_named_alone(tmp_path, capsys):
+    _run(tmp_path, [1, 2, 3])
+    _run(tmp_path, [3], resume_from=2, checkpoint="ckpt/iter_0000002")
+    out = capsys.readouterr().out
+    assert "dropped the records of iteration 3 (after the resume point 2)" in out and "3-3" not in out
