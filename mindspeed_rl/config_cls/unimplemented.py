@@ -60,7 +60,8 @@ KEYS: List[Key] = [
     Key("rl_config", "shuffle_mini_batch", WARN,
         "mini-batches are the shares of the round's plan (balanced, or a seeded random split)"),
     Key("rl_config", "enable_sharding_validate", WARN, "no resharding, nothing to validate"),
-    Key("rl_config", "tp_split_expert", WARN, "no MoE support"),
+    Key("rl_config", "tp_split_expert", WARN, "MoE experts (Qwen3-MoE, DeepSeek-V3) are sharded by FSDP and "
+        "replicated over TP, never split over TP"),
     Key("rl_config", "use_wandb", WARN, "metrics go to metrics.jsonl and TensorBoard"),
     Key("rl_config", "wandb_project", WARN, "no wandb"),
     Key("rl_config", "wandb_exp_name", WARN, "no wandb"),
@@ -171,7 +172,8 @@ KEYS: List[Key] = [
     Key("megatron_training", "coc_parallel_num", WARN, _NO_FUSION),
     Key("megatron_training", "coc_fused_kernel", WARN, _NO_FUSION),
     # ---- generate_config
-    Key("generate_config", "infer_expert_parallel_size", WARN, "no MoE support"),
+    Key("generate_config", "infer_expert_parallel_size", WARN, "no expert parallelism in rollout: a vLLM engine "
+        "holds the whole model on its rank, transformers generate runs on the actor's layout"),
     Key("generate_config", "max_num_seqs", WARN, _HF_ROLLOUT, applies=_hf),
     Key("generate_config", "max_num_batched_tokens", WARN, _HF_ROLLOUT, applies=_hf),
     Key("generate_config", "gpu_memory_utilization", WARN, _HF_ROLLOUT, applies=_hf),
