@@ -9,6 +9,8 @@ from typing import List, Optional
 
 import ray
 
+from mindspeed_rl.utils.ray_notices import drop_worker_death_notices
+
 # Ray's longest socket is <temp_dir>/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store and an
 # AF_UNIX path holds at most 107 bytes on Linux (103 on macOS)
 _SOCKET_PATH_MAX = 107
@@ -105,6 +107,7 @@ def init_ray(temp_dir: Optional[str] = None, num_cpus: Optional[int] = None, **k
     """
     if ray.is_initialized():
         return False
+    drop_worker_death_notices()  # the launcher names a dead rank in one line
     _remove_own_temp_dirs()  # left by an earlier session ended with a plain ray.shutdown()
     if os.environ.get("RAY_ADDRESS"):
         address = os.environ["RAY_ADDRESS"]

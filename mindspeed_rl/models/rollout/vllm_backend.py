@@ -5,9 +5,11 @@ load) the next ``generate`` first streams them into the engine one parameter at 
 FSDP / TP shards, cast to the rollout dtype), so every rollout samples from the policy being trained.
 Each prompt gets its own sampling seed, so a row's response does not depend on what it is batched with.
 """
+import logging
 import math
 import os
 import time
+import warnings
 from typing import Dict, Iterator, List, Tuple
 
 import torch
@@ -43,14 +45,24 @@ def kv_cache_bytes(hf_config, spec, dtype: torch.dtype, ranks_on_node: int, tota
     return max(16 * _MIB, min(math.ceil(need * 1.25), cap))
 
 
+def quiet_vllm_import() -> None:
+    """Before vLLM is imported: its import-time notices that say nothing about this run off (the CPU build's
+    "Triton ... Disabling Triton" goes out before vLLM's log level applies; its Triton shim touches a
+    deprecated torch alias), unless VLLM_LOGGING_LEVEL asks for them."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    level = logging.getLevelName(os.environ["VLLM_LOGGING_LEVEL"].upper())
+    if isinstance(level, int) and level > logging.WARNING:
+        logging.getLogger("vllm.triton_utils.importing").setLevel(level)
+        warnings.filterwarnings("ignore", message=r".*torch\.distributed\.reduce_op.*", category=FutureWarning)
+
+
 class VLLMRollout(RolloutBackend):
     name = "vllm"
 
     def __init__(self, spec, actor, model_path: str, device, rank: int, world_size: int, seed: int,
                  trust_remote_code: bool = False):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine lives in this process
-        # vLLM's start-up chatter (and its tokenizer-less chat warm-up warning) off unless asked for
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+        quiet_vllm_import()  # vLLM's start-up chatter off unless asked for
         self.settings, self.actor, self.device = spec, actor, device
         # spec.dtype is a torch dtype name (rollout_spec.DTYPES), or 'auto': the actor's own
         self.dtype = (next(actor.module.parameters()).dtype if spec.dtype == "auto"
@@ -63,6 +75,7 @@ class VLLMRollout(RolloutBackend):
                       max_num_batched_tokens=max(spec.max_num_batched_tokens, spec.max_model_len),
                       enable_prefix_caching=spec.enable_prefix_caching, enforce_eager=spec.enforce_eager,
                       tensor_parallel_size=1, trust_remote_code=trust_remote_code,
+                      use_tqdm_on_load=False,  # no progress bar for a one-shard tiny load on every start
                       logprobs_mode="processed_logprobs")  # after temperature / top-k / top-p, as sampled
         if device.type == "cpu":
             if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:

@@ -47,6 +47,14 @@ def _accelerator() -> Optional[str]:
     return None
 
 
+
+def worker_env(run_plan) -> Dict[str, str]:
+    """Variables the workers' processes start with: with vLLM, torch's C++ log below ERROR is off (vLLM's CPU
+    build reports its NUMA binding through it on every engine start); a level the driver's environment sets wins."""
+    if run_plan.worker.rollout.backend != "vllm" or "TORCH_CPP_LOG_LEVEL" in os.environ:
+        return {}
+    return {"TORCH_CPP_LOG_LEVEL": "ERROR"}
+
 class StageTimeoutError(TimeoutError):
     """A command on the worker group passed its deadline (the silent ranks are named)."""
 
@@ -165,6 +173,9 @@ class RayActorGroup(UpstreamGroupIO):
                 options["num_gpus"] = 1
             elif accel:
                 options["resources"] = {accel: 1}
+            env = worker_env(run_plan)
+            if env:
+                options["runtime_env"] = {"env_vars": env}
             self.actors.append(remote_cls.options(**options).remote(
                 rank=rank, world_size=self.world_size, run_plan=run_plan, **kwargs))
         # (pid, node id) per rank: named when a rank does not answer

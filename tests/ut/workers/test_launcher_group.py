@@ -641,3 +641,15 @@ def test_brief_names_a_dead_actor_and_unwraps_a_task_error():
     assert launcher.brief(ValueError("x" * 588)) == "ValueError: " + "x" * 588  # 600 characters: whole
     long = launcher.brief(ValueError("a" * 300 + "b" * 700))
     assert long == "ValueError: " + "a" * 188 + " ... " + "b" * 400 and len(long) == 200 + 5 + 400
+
+
+def test_with_vllm_the_workers_start_with_torchs_cpp_log_at_error(monkeypatch):
+    monkeypatch.delenv("TORCH_CPP_LOG_LEVEL", raising=False)
+    base = _plan()
+    plan = dataclasses.replace(base, worker=dataclasses.replace(base.worker, rollout=RolloutSpec("vllm", "test")))
+    group, fake = _group(monkeypatch, plan=plan)
+    assert [o.get("runtime_env") for o in fake.options] == [{"env_vars": {"TORCH_CPP_LOG_LEVEL": "ERROR"}}] * 2
+    assert launcher.worker_env(base) == {}  # transformers generate: the workers' log as it is
+    monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "INFO")  # a level the driver's environment sets wins
+    group, fake = _group(monkeypatch, plan=plan)
+    assert all("runtime_env" not in o for o in fake.options)
