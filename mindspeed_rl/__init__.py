@@ -1,4 +1,4 @@
-"""mindspeed-rl: GRPO post-training with data-parallel sequence-length balance."""
+"""mindspeed-rl: GRPO, DAPO and PPO post-training with DP batch balance (data-parallel sequence-length balance)."""
 import os
 
 from mindspeed_rl._lazy import lazy_exports

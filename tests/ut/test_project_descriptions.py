@@ -28,3 +28,14 @@ def test_readme_opening_names_every_algorithm():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         opening = f.read().split("\n\n")[1]  # the paragraph under the title
     _says_all_three(opening)
+
+
+def test_package_docstring_names_every_algorithm():
+    import mindspeed_rl
+    _says_all_three(mindspeed_rl.__doc__)
+
+
+def test_readme_says_the_run_names_its_algorithm_first():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = " ".join(f.read().split())
+    assert "It first prints the algorithm (GRPO, DAPO or PPO" in text
