@@ -132,9 +132,18 @@ def test_a_lock_left_by_a_run_on_another_host_is_not_taken_over(tmp_path, capsys
 
 def test_a_live_pid_that_does_not_hold_the_lock_is_named_as_such(tmp_path, capsys):
     import socket
-    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}) + "\n")
-    with RunLock(str(tmp_path), "--output-dir") as lock:
-        assert lock.took_over["pid"] == os.getppid()
+    # a live process of our own (not the parent: checking a pid must not signal it, and a mutant that did
+    # would hit whatever runs this test)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": other.pid, "host": socket.gethostname()}) + "\n")
+        with RunLock(str(tmp_path), "--output-dir") as lock:
+            assert lock.took_over["pid"] == other.pid
+        with pytest.raises(subprocess.TimeoutExpired):  # the check sent no signal that ended it
+            other.wait(timeout=0.5)
+    finally:
+        other.kill()
+        other.wait(timeout=60)
     assert "its pid runs now but does not hold the lock (another process)); taken over" in capsys.readouterr().out
 
 
