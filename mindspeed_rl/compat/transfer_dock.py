@@ -68,7 +68,7 @@ class TransferDock(DriverDock):
         with self._data_lock:
             return super()._gather(columns, rows)
 
-    def _wait_for_data(self, columns: Sequence[str], rows: Tensor, consumer: str = "") -> None:
+    def _wait_for_data(self, columns: Sequence[str], rows: Tensor, consumer: str) -> None:
         """Wait until every cell is ready; raise TimeoutError after ``timeout``."""
         deadline = time.monotonic() + self.timeout
         missing = self._missing(columns, rows)
@@ -80,9 +80,8 @@ class TransferDock(DriverDock):
             time.sleep(self.timeout_interval)
             missing = self._missing(columns, rows)
 
-    def _get_batch(self, experience_columns: List[str], rows: Tensor, consumer: str = "") -> ColumnBatch:
-        """The rows once every cell is ready, as views of the stored rows (one buffer per column if pickled)."""
-        self._wait_for_data(experience_columns, rows, consumer)
+    def _views(self, experience_columns: List[str], rows: Tensor) -> ColumnBatch:
+        """Ready rows as views of the stored rows (one buffer per column if pickled)."""
         with self._data_lock:
             return ColumnBatch({c: self.experience_data[c].views(rows) for c in experience_columns})
 
@@ -104,7 +103,8 @@ class TransferDock(DriverDock):
         if len(indexes) == 0:
             return [[] for _ in columns]
         rows = self._check_indexes(indexes, "get experience")
-        batch = self._get_batch(columns, rows)
+        self._wait_for_data(columns, rows, "_get")
+        batch = self._views(columns, rows)
         return [list(batch[c]) for c in columns]
 
     def get_experience_data(self):
@@ -203,7 +203,7 @@ class PullDock(TransferDock):
                 rows = self._sample(consumer, experience_columns, experience_count, get_n_samples, balance)
             if rows is None:
                 return None, None
-        return self._get_batch(experience_columns, rows, consumer), rows.tolist()
+        return self._views(experience_columns, rows), rows.tolist()  # rows are ready: waited for, or sampled so
 
     def _check_count(self, consumer, count, get_n_samples):
         if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
@@ -219,8 +219,8 @@ class PullDock(TransferDock):
         """Choose rows and mark them consumed (caller holds the consumer lock)."""
         unit = self.n_samples_per_prompt if get_n_samples else 1
         needed = count // unit
-        cost_columns = self.batch_seqlen_balance_mapper.get(consumer, ["prompt_length"])
-        wanted = list(dict.fromkeys(list(columns) + (cost_columns if balance else [])))
+        cost_columns = self.batch_seqlen_balance_mapper[consumer] if balance else []
+        wanted = list(dict.fromkeys(list(columns) + cost_columns))
         ready = torch.stack([self.experience_data_status[c] == 1 for c in wanted]).all(dim=0)
         fresh = self.experience_consumer_status[consumer] == 0
         ready_u = ready.view(-1, unit).all(dim=1)
