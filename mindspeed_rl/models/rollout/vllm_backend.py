@@ -201,7 +201,5 @@ class VLLMRollout(RolloutBackend):
         return out
 
     def close(self) -> None:
-        llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
-            del llm
+        self.llm = None  # the engine goes with its last reference
 

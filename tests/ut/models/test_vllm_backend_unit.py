@@ -60,7 +60,7 @@ def fake_vllm(monkeypatch, tmp_path):
         monkeypatch.setenv(key, "")  # recorded, so what the engine start sets is undone after the test
         monkeypatch.delenv(key)
     monkeypatch.setattr(logging.getLogger("vllm.triton_utils.importing"), "level", logging.NOTSET)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(CORES))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(CORES) if pid == 0 else pytest.fail("pid"))
     import psutil
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(total=TOTAL_MEMORY))
     StandInLLM.built.clear()
@@ -82,19 +82,24 @@ def _spec(**kw):
     return RolloutSpec(**settings)
 
 
-def test_a_cpu_engine_gets_the_settings_its_cores_and_a_kv_cache_within_its_share(fake_vllm):
+def test_a_cpu_engine_gets_the_settings_its_cores_and_a_kv_cache_within_its_share(fake_vllm, monkeypatch):
     path, config = fake_vllm
+    from transformers import AutoConfig
+    read, real = [], AutoConfig.from_pretrained.__func__
+    monkeypatch.setattr(AutoConfig, "from_pretrained",
+                        classmethod(lambda cls, *a, **k: read.append(k) or real(cls, *a, **k)))
     spec = _spec(enable_prefix_caching=True, enforce_eager=True)
     rollout = VLLMRollout(spec, _actor(), path, torch.device("cpu"), rank=1, world_size=4, seed=7.0,
                           trust_remote_code=True)
     kwargs = StandInLLM.built[-1].kwargs
-    assert rollout.llm is StandInLLM.built[-1] and not rollout.stale
+    assert rollout.llm is StandInLLM.built[-1] and rollout.stale is False
     assert rollout.dtype == torch.bfloat16
     assert {k: v for k, v in kwargs.items() if k != "kv_cache_memory_bytes"} == dict(
         model=path, skip_tokenizer_init=True, dtype=torch.bfloat16, seed=7, max_model_len=96, max_num_seqs=4,
         max_num_batched_tokens=512, enable_prefix_caching=True, enforce_eager=True, tensor_parallel_size=1,
         trust_remote_code=True, use_tqdm_on_load=False, logprobs_mode="processed_logprobs")
     assert type(kwargs["seed"]) is int
+    assert read == [{"trust_remote_code": True}]  # the model config is read as the engine will read it
     # without LOCAL_* the rank and world size decide the node share
     assert kwargs["kv_cache_memory_bytes"] == kv_cache_bytes(config, spec, torch.bfloat16, 4, TOTAL_MEMORY)
     assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == cpu_bind(1, 4, sorted(CORES)) == "2,3"
@@ -107,8 +112,9 @@ def test_local_rank_and_node_size_come_from_the_environment_and_a_set_binding_is
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
     spec = _spec(dtype="auto", max_num_batched_tokens=16)
-    VLLMRollout(spec, _actor(torch.float64), path, torch.device("cpu"), rank=5, world_size=8, seed=3)
+    VLLMRollout(spec, _actor(torch.float64), path, torch.device("cpu"), rank=4, world_size=8, seed=3)
     kwargs = StandInLLM.built[-1].kwargs
+    assert kwargs["trust_remote_code"] is False
     assert kwargs["dtype"] == torch.float64  # 'auto': the actor's own dtype
     assert kwargs["max_num_batched_tokens"] == 96  # never below one full sequence
     assert kwargs["kv_cache_memory_bytes"] == kv_cache_bytes(config, spec, torch.float64, 2, TOTAL_MEMORY)
@@ -153,6 +159,11 @@ def test_sampling_params_follow_the_settings_and_greedy_turns_sampling_off(fake_
     no_top_k = _rollout()._params(SimpleNamespace(max_tokens=3, temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0),
                                   4, eos_id=0)
     assert no_top_k.top_k == 0 and no_top_k.stop_token_ids == [0] and no_top_k.ignore_eos is False
+    one = _rollout()._params(SimpleNamespace(max_tokens=3, temperature=1.0, top_p=1.0, top_k=1, min_p=0.0), 4, 0)
+    assert one.top_k == 1
+    below_zero = _rollout()._params(SimpleNamespace(max_tokens=3, temperature=-1.0, top_p=1.0, top_k=0, min_p=0.0),
+                                    4, 0)
+    assert below_zero.temperature == 0.0 and below_zero.top_p == 1.0  # any temperature <= 0 is greedy
 
 
 class _Distributed(torch.nn.Parameter):
@@ -195,11 +206,17 @@ def test_prepare_syncs_only_after_the_weights_changed():
 def test_generate_sends_one_request_per_prompt_with_its_seed_and_reads_the_sampled_tokens_log_probs(fake_vllm):
     rollout = _rollout()
     sampling = SimpleNamespace(max_tokens=4, temperature=1.0, top_p=1.0, top_k=0, min_p=0.0)
-    result = rollout.generate([torch.tensor([[3, 4]]), torch.tensor([7])], sampling, [21, 22], eos_id=None,
-                              pad_id=0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # log-probs stay float32 whatever the default
+    try:
+        result = rollout.generate([torch.tensor([[3, 4]]), torch.tensor([7])], sampling, [21, 22], eos_id=9,
+                                  pad_id=0)
+    finally:
+        torch.set_default_dtype(default)
     (requests, params, use_tqdm), = rollout.llm.calls
     assert requests == [{"prompt_token_ids": [3, 4]}, {"prompt_token_ids": [7]}]
     assert [p.seed for p in params] == [21, 22] and use_tqdm is False
+    assert [p.stop_token_ids for p in params] == [[9], [9]]
     assert [r.tolist() for r in result.responses] == [[4, 5], [8]]
     assert all(r.dtype == torch.int32 for r in result.responses)
     assert [lp.tolist() for lp in result.log_probs] == [[-2.0, -2.5], [-4.0]]
@@ -218,6 +235,25 @@ def test_generate_with_no_prompts_still_syncs_changed_weights_first():
         assert len(rollout.llm.rpcs) == 1 and rollout.llm.calls == []
 
 
+def test_one_rank_on_a_node_takes_every_core():
+    assert cpu_bind(0, 1, [3, 1, 2, 0]) == "0,1,2,3"
+    assert cpu_bind(0, 0, [0, 1]) == "0,1"  # no count of ranks: one
+
+
+def test_kv_cache_size_from_the_text_config_head_dim_and_dtype():
+    vision = SimpleNamespace(text_config=SimpleNamespace(num_hidden_layers=3, num_attention_heads=5,
+                                                         head_dim=None, hidden_size=101))
+    spec = _spec(max_num_seqs=7, max_model_len=10000, gpu_memory_utilization=0.5)
+    need = 2 * 3 * 5 * (101 // 5) * 2 * 7 * 10000  # k and v, layers, heads (no kv heads), head size, bf16 bytes
+    assert kv_cache_bytes(vision, spec, torch.bfloat16, 1, 2 ** 40) == -(-need * 5 // 4)
+    explicit = SimpleNamespace(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=48,
+                               hidden_size=64)
+    assert kv_cache_bytes(explicit, spec, torch.float32, 1, 2 ** 40) == -(-(2 * 2 * 2 * 48 * 4 * 70000) * 5 // 4)
+    # one rank on the node may take its whole share; a tiny model still gets 16 MiB
+    assert kv_cache_bytes(explicit, spec, torch.float32, 1, 10 ** 8) == 5 * 10 ** 7
+    assert kv_cache_bytes(explicit, _spec(max_num_seqs=1, max_model_len=1), torch.float32, 1, 2 ** 40) == 16 * 2 ** 20
+
+
 def test_close_drops_the_engine_and_can_be_called_again():
     rollout = _rollout()
     rollout.close()
@@ -226,3 +262,82 @@ def test_close_drops_the_engine_and_can_be_called_again():
     bare = VLLMRollout.__new__(VLLMRollout)  # a start that failed before the engine existed
     bare.close()
     assert bare.llm is None
+
+
+class Engine:
+    """vLLM's LLMEngine as serve uses it; a request finishes after LENGTH[row] steps."""
+    LENGTH = {7: 2, 8: 2}
+
+    def __init__(self):
+        self.added, self.live = [], {}
+
+    def add_request(self, rid, prompt, params):
+        self.added.append((rid, prompt, params))
+        self.live[rid] = [self.LENGTH[int(rid[3:])], []]
+
+    def step(self):
+        done = []
+        for rid, entry in list(self.live.items()):
+            entry[1].append(len(entry[1]) + 40)
+            if len(entry[1]) == entry[0]:
+                del self.live[rid]
+                ids = list(entry[1])
+                logprobs = [{t: SimpleNamespace(logprob=-t / 100)} for t in ids]
+                done.append(SimpleNamespace(request_id=rid, finished=True,
+                                            outputs=[SimpleNamespace(token_ids=ids, logprobs=logprobs)]))
+        # a request that is still running is reported too, unfinished
+        return done + [SimpleNamespace(request_id=r, finished=False) for r in self.live]
+
+
+class Scripted:
+    """A queue source whose polls answer in a set order: None (nothing yet), rows, or 'drain'."""
+
+    def __init__(self, answers):
+        self.answers, self.wants, self.blocks, self.drained = list(answers), [], [], False
+
+    def request(self, want, progress):
+        self.wants.append(want)
+        progress()
+
+    def poll(self, block):
+        self.blocks.append(block)
+        answer = self.answers.pop(0)
+        if answer == "drain":
+            self.drained = True
+            return None
+        return answer
+
+
+def _served(returns_log_probs):
+    from mindspeed_rl.utils.rollout_queue import Rows
+    rollout = _rollout(returns_log_probs)
+    rollout.settings = _spec(max_num_seqs=2, logprobs=0 if returns_log_probs else None)
+    rollout.llm = SimpleNamespace(llm_engine=Engine())
+    rows = Rows([0, 1], [7, 8], {"prompts": [torch.tensor([[1, 2, 3]]), torch.tensor([4])]})
+    source = Scripted([None, rows, None, "drain"])
+    sampling = SimpleNamespace(max_tokens=6, temperature=1.0, top_p=1.0, top_k=0, min_p=0.0)
+    clock = iter(range(10, 100))
+    served = rollout.serve(source, sampling, lambda row: 500 + row, eos_id=3, pad_id=0, chunk=None,
+                           clock=lambda: float(next(clock)))
+    return served, source, rollout.llm.llm_engine
+
+
+def test_serve_waits_for_rows_asks_only_for_free_slots_and_times_its_steps(fake_vllm):
+    served, source, engine = _served(returns_log_probs=True)
+    # nothing yet, then two rows; while both run the engine is full and asks for none
+    assert source.wants == [2, 2, 2] and source.blocks == [True, True, False, True]
+    assert [(rid, prompt) for rid, prompt, _ in engine.added] == [("row7", {"prompt_token_ids": [1, 2, 3]}),
+                                                                  ("row8", {"prompt_token_ids": [4]})]
+    params = [p for _, _, p in engine.added]
+    assert [(p.seed, p.max_tokens, p.stop_token_ids) for p in params] == [(507, 6, [3]), (508, 6, [3])]
+    assert served.rows == [7, 8] and served.prompt_lengths == [3, 1]
+    assert [r.tolist() for r in served.responses] == [[40, 41], [40, 41]]
+    assert [lp.tolist() for lp in served.log_probs] == [pytest.approx([-0.4, -0.41])] * 2
+    # clock: begin 10, rows admitted at 11, steps 12-13 and 14-15, end 16
+    assert served.trace == [(1, 2, 4, 1.0), (1, 2, 0, 1.0)]
+    assert served.latency == [4.0, 4.0] and served.busy == 6.0
+
+
+def test_serve_without_log_probs_keeps_none(fake_vllm):
+    served, _, _ = _served(returns_log_probs=False)
+    assert served.log_probs is None and served.rows == [7, 8]

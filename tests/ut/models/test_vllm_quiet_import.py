@@ -40,3 +40,11 @@ def test_a_level_that_asks_for_notices_keeps_them(clean, monkeypatch, level):
     monkeypatch.setenv("VLLM_LOGGING_LEVEL", level)
     vllm_backend.quiet_vllm_import()
     assert clean.level == logging.NOTSET and _reduce_op_warning_shown()
+
+
+def test_only_the_reduce_op_future_warning_is_silenced(clean):
+    vllm_backend.quiet_vllm_import()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.warn("another FutureWarning", FutureWarning)
+        warnings.warn("`torch.distributed.reduce_op` is deprecated", DeprecationWarning)
+    assert [type(w.message) for w in caught] == [FutureWarning, DeprecationWarning]
