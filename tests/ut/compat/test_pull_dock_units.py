@@ -81,9 +81,11 @@ def test_consumers_and_bad_requests_are_refused_with_the_request_named():
 
 
 def test_random_takes_are_seeded_by_the_seed_and_the_round():
+    assert PullDock(1, 1).seed == 1234
     dock = _filled(seed=11)
+    dock.set_round(5)  # a resumed run's round
     _, rows = dock.get_experience("trainer", ["responses"], 3, get_n_samples=False)
-    order = torch.randperm(8, generator=torch.Generator().manual_seed(11 * 1_000_003 + dock.round))
+    order = torch.randperm(8, generator=torch.Generator().manual_seed(11 * 1_000_003 + 5))
     assert rows == order[:3].tolist()
     assert dock.get_consumer_status()["trainer"].dtype == torch.int32
     assert dock.get_consumer_status()["trainer"].tolist() == [int(r in rows) for r in range(8)]
@@ -101,6 +103,7 @@ def test_a_plan_serves_requests_of_its_own_shape_only():
     dock = _filled(prompts=4, n=2)
     _, groups = dock.get_experience("actor_train", ["responses"], 4, use_batch_seqlen_balance=True)
     assert len(groups) == 4  # two whole groups
+    assert dock.planner._plans["actor_train"][0] == (2, 2)  # the plan's shape: 2-row units, 2 per request
     # two units again, but rows now: a new plan, not the group plan's next share
     _, rows = dock.get_experience("actor_train", ["responses"], 2, get_n_samples=False,
                                   use_batch_seqlen_balance=True)
@@ -126,6 +129,8 @@ def test_rank_metrics_are_recorded_on_the_dock_as_given():
     dock.update_metrics("timing/x", 2.0)
     dock.update_metrics("timing/x", 3.0)
     assert metrics.metric["timing/x"] == 3.0
+    with pytest.raises(ValueError, match="metric key must be a non-empty str, got ''"):
+        dock.update_metrics(value=1.0)  # no key given: upstream's default '' names nothing
     dock.update_metrics("timing/y", 1.0, cumulate=True)
     dock.update_metrics("timing/y", 4.0, cumulate=True)
     assert metrics.metric["timing/y"] == [1.0, 4.0]
