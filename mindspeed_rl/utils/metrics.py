@@ -18,7 +18,7 @@ def _as_items(value) -> List[Any]:
     # values that extend a cumulated list
     if isinstance(value, (list, tuple)):
         return list(value)
-    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim > 0:
+    if isinstance(value, (torch.Tensor, np.ndarray)):  # a 0-d one gives one number
         return list(value.reshape(-1).tolist())
     return [value]
 
@@ -109,7 +109,7 @@ def per_rank(values, ranks) -> List[float]:
     return out
 
 
-def plan_loads(plan: dict, key: str = "loads") -> List[float]:
+def plan_loads(plan: dict, key: str) -> List[float]:
     """A balance plan's ``loads`` or ``random_loads`` per DP rank when its shares are bound to ranks
     (``ranks``), else per share: what the balance report draws."""
     values = [float(v) for v in plan[key]]

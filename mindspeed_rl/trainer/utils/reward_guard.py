@@ -18,7 +18,7 @@ def failed_everywhere(reward_list: Sequence) -> Optional[str]:
     for reward_fn in reward_list:
         for name, f in (getattr(reward_fn, "last_failures", None) or {}).items():
             failed = f["errors"] + f["timeouts"]
-            if f["rows"] and failed >= f["rows"] and f.get("weight", 1.0) != 0:
+            if f["rows"] and failed >= f["rows"] and f.get("weight") != 0:  # no weight given: it counts
                 first = f"; the first error: {f['first_error']}" if f.get("first_error") else ""
                 return (f"verifier '{name}' failed on all {f['rows']} rows ({f['errors']} raised, "
                         f"{f['timeouts']} timed out{first})")

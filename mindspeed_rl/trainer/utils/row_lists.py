@@ -52,6 +52,6 @@ def trans_input_to_experience(experience_dict: Columns) -> Tuple[List[str], List
     columns, lists = [], []
     for key, value in _given(experience_dict):
         columns.append(key)
-        lists.append(list(torch.unbind(value, dim=0)) if isinstance(value, Tensor) else list(value))
+        lists.append(list(value))  # a tensor gives its rows along the first dimension
     _same_row_counts(dict(zip(columns, map(len, lists))))
     return columns, lists
