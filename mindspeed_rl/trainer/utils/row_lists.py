@@ -9,7 +9,6 @@ column (a tensor without making per-row tensors); ``trans_input_to_experience``
 int32 from the dataset and the rollout, and the engine widens them on the device."""
 from typing import Dict, List, Tuple, Union
 
-import torch
 from torch import Tensor
 
 from mindspeed_rl.trainer.utils.columnar import FlatRows, flatten_rows, tensor_rows

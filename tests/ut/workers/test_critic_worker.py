@@ -14,11 +14,12 @@ from mindspeed_rl.models.loss.value_loss import value_loss
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch
 from mindspeed_rl.utils.checkpoint import CheckpointError
 from mindspeed_rl.workers.parallel_state import ParallelState
+from tests.ut.workers.engine_stand_in import RecordsCheckpoints
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "ppo_tiny_cpu.yaml"
 
 
-class ValueEngine:
+class ValueEngine(RecordsCheckpoints):
     """Stands in for CausalLMEngine(head="value"): values are 0.1 x the response token; records train steps."""
 
     def __init__(self, *args, **kwargs):
@@ -35,18 +36,6 @@ class ValueEngine:
                            "prompts": prompts, "loss": sum(float(loss) for loss, _ in losses)})
         return {"critic/vf_loss": self.steps[-1]["loss"]}
 
-    def save_sharded(self, path, with_optimizer):
-        Path(path).mkdir(parents=True)  # the folder a load looks for
-        self.saved.append((path, with_optimizer))
-
-    def load_sharded(self, path, with_optimizer):
-        self.loaded = (path, with_optimizer)
-
-    def set_step(self, step):
-        self.step = step
-
-    def save(self, path):
-        self.saved.append(path)
 
 
 @pytest.fixture

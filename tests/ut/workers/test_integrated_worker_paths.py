@@ -2,7 +2,6 @@
 what initialize builds, the rollout's log-probs and lengths, the update's averaged metrics and the
 rollout-drift metrics, a run without a reference model, shutdown and the HF export."""
 import dataclasses
-import os
 from pathlib import Path
 
 import pytest
@@ -13,12 +12,13 @@ import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch
 from mindspeed_rl.workers.parallel_state import ParallelState
+from tests.ut.workers.engine_stand_in import RecordsCheckpoints
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
 POLICY_LP = -0.5  # every token's log-prob under the stand-in policy
 
 
-class Engine:
+class Engine(RecordsCheckpoints):
     """Stands in for CausalLMEngine: records how it was built and what it was asked."""
 
     def __init__(self, model_path, **kwargs):
@@ -40,20 +40,6 @@ class Engine:
         self.ref_seen.append((len(prompts), [list(p) for p in parts], temperature))
         return [torch.full((r.numel(),), -1.0) for r in responses], None
 
-    def save_sharded(self, path, with_optimizer):
-        os.makedirs(path)  # the folder a load looks for
-        self.saved.append((path, with_optimizer))
-
-    def load_sharded(self, path, with_optimizer):
-        self.loaded = (path, with_optimizer)
-
-    def set_step(self, step):
-        self.step = step
-
-    def save(self, path):
-        if path.endswith("bad"):
-            raise OSError(28, "No space left on device")
-        self.saved.append(path)
 
 
 class Rollout:
