@@ -126,6 +126,8 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
                               start=state["data_position"], **data_options(actor, rl))
         data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
         print(algorithm_line(cfgs.plan, actor.stage))
+        for line in cfgs.plan.long_tail_lines():
+            print(line)
         print(cfgs.plan.worker.rollout.describe())
         print(f"run plan: {cfgs.plan.summary()}")
         return _train(cfgs, tokenizer, data, resume, state, output_dir)
@@ -199,7 +201,9 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
             dataset_additional_keys=extra_keys, max_prompt_length=rl.max_prompt_length,
             save_optimizer=not actor.no_save_optim, save_rng=not actor.no_save_rng,
             data_position=state["data_position"], max_nonfinite_iterations=rl.max_nonfinite_iterations,
-            max_failed_reward_iterations=rl.max_failed_reward_iterations)
+            max_failed_reward_iterations=rl.max_failed_reward_iterations, eos_id=eos_id)
+        if resume is not None and not resume.finetune:
+            trainer.load_driver_state(resume.folder)
         history = trainer.fit(data, start_iteration=state["iteration"], kl_coef=state.get("kl_coef"))
         if actor.save:
             export = os.path.join(actor.save, "hf")
@@ -253,6 +257,7 @@ def dry_run(config: str, overrides: List[str] = ()) -> List[str]:
         lines.append(f"layout asked: {plan.layout.asked}; runs: DP={plan.layout.dp} x TP={plan.layout.tp} "
                      f"({plan.layout.engine} engine)")
     lines.append(algorithm_line(plan, actor.stage))
+    lines += plan.long_tail_lines()
     lines.append(plan.worker.rollout.describe())
     lines.append(f"run plan: {plan.summary()}")
     lines.append(f"optimizer steps: {plan.steps_per_iteration} per iteration x {plan.train_iters} iterations; "

@@ -31,7 +31,8 @@ _MEGATRON = {
 }
 
 _RL = {
-    **dict.fromkeys(("reference_resource", "reward_resource", "critic_resource", "integrated_mode_config"), (DICT,)),
+    **dict.fromkeys(("reference_resource", "reward_resource", "critic_resource", "integrated_mode_config",
+                     "rollout_correction"), (DICT,)),
     **dict.fromkeys((
         "ref_forward_micro_batch_size", "actor_forward_micro_batch_size", "actor_rollout_dispatch_size",
         "actor_logprob_dispatch_size", "ref_dispatch_size", "reward_dispatch_size", "adv_dispatch_size",

@@ -108,7 +108,15 @@ class RLConfig(BaseConfig):
     dp_balance_objective ('tokens'): what to balance, 'tokens' or 'flops'.
     dp_balance_method ('auto'): partition algorithm: 'auto', 'heapq',
         'karmarkar_karp' or 'greedy'.
-    Upstream keys of 05a90d7 (hccl_buffersize, async_engine, zmq_communication,
+    partial_rollout_max_split (1): N > 1 cuts a response after max_tokens / N new tokens
+        per rollout pass and carries it to the next (config_cls/partial_rollout.py).
+    async_engine (False): with partial rollout, a pass also stops once global_batch_size
+        prompts are complete.
+    require_max_age_all_finished (True): rows in their N-th pass run to the end.
+    rollout_correction (None): verl's rollout correction keys (rollout_is, rollout_is_threshold,
+        rollout_rs, rollout_rs_threshold, bypass_mode, ...; config_cls/rollout_correction.py);
+        rollout_is defaults to 'token' with partial rollout.
+    Upstream keys of 05a90d7 (hccl_buffersize, zmq_communication,
     log_max_throughput, actor/update_max_packing_token_size, share_backbone, the
     DAPO keys token_level_loss, clip_higher_enable, clip_ratio_low/high,
     overlong_buffer*, rollout_max_tokens, filter_groups_*, and the multi-turn
@@ -195,7 +203,6 @@ class RLConfig(BaseConfig):
 
         # upstream keys that only tune upstream's engines (see unimplemented.py)
         self.hccl_buffersize = 256
-        self.async_engine = False
         self.zmq_communication = True
         self.log_max_throughput = True
         self.actor_max_packing_token_size = None
@@ -223,6 +230,12 @@ class RLConfig(BaseConfig):
         self.max_tool_response_length = 0
         self.tool_response_truncate_side = None
         self.tool_parser_format = None
+
+        # partial rollout (upstream 05a90d7) and rollout correction (verl's algorithm.rollout_correction keys)
+        self.partial_rollout_max_split = 1
+        self.async_engine = False
+        self.require_max_age_all_finished = True
+        self.rollout_correction = None
 
         # Keys added by this project.
         self.use_dp_batch_balance = False

@@ -31,11 +31,12 @@ class RolloutSpec:
     gpu_memory_utilization: float = 0.5  # on CPU: the share of host memory the KV cache may take at most
     enable_prefix_caching: bool = False
     enforce_eager: bool = False
-    logprobs: Optional[int] = None  # None: no rollout log-probs; else the sampled token's (vLLM)
+    logprobs: Optional[int] = None  # None: no rollout log-probs; else the sampled token's
+    hf_log_probs: bool = False      # transformers generate returns them too (rollout correction needs them)
 
     @property
     def returns_log_probs(self) -> bool:
-        return self.backend == "vllm" and self.logprobs is not None
+        return self.logprobs is not None and (self.backend == "vllm" or self.hf_log_probs)
 
     def describe(self) -> str:
         if self.backend == "hf":

@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from mindspeed_rl.config_cls import stages as table
+from mindspeed_rl.config_cls.partial_rollout import PartialSpec, partial_spec
 from mindspeed_rl.config_cls.rl_config import resource_size
+from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec, correction_spec
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, Features, Stage  # noqa: F401  (re-exported)
 from mindspeed_rl.config_cls.worker_spec import WorkerSpec, default_worker_spec, worker_spec
 from mindspeed_rl.utils.workload import WorkloadModel
@@ -170,6 +172,8 @@ class RunPlan:
     features: Features = Features()
     critic: Optional[RolePlan] = None  # PPO's critic group (critic_config, critic_resource)
     gae: Optional[AdvantageSpec] = None
+    partial: Optional[PartialSpec] = None  # partial_rollout_max_split > 1
+    correction: CorrectionSpec = CorrectionSpec()  # rl_config.rollout_correction
 
     @property
     def rows_per_round(self) -> int:
@@ -183,7 +187,10 @@ class RunPlan:
 
     @property
     def dock_prompts(self) -> int:
-        """Groups the dock must hold: a rollout batch or a train batch, whichever is larger."""
+        """Groups the dock must hold: a rollout batch or a train batch, whichever is larger (partial rollout:
+        the pool of prompts in flight)."""
+        if self.partial is not None:
+            return self.partial.pool_prompts
         return max(self.prompts_per_round, self.train_prompts_per_round or 0)
 
     @property
@@ -260,6 +267,11 @@ class RunPlan:
         """Fewest rows a train round may hold: one per share of every DP train stage."""
         return max([s.shares_per_rank * self.layout_of(s.role).dp for s in self.phase_stages("train") if s.is_dp]
                    or [1])
+
+    def long_tail_lines(self) -> List[str]:
+        """The plan's lines for partial rollout and rollout correction (none when both are off)."""
+        return ([self.partial.describe()] if self.partial is not None else []) + (
+            [self.correction.describe()] if self.correction.on else [])
 
     def stage(self, name: str) -> StagePlan:
         if name not in self.stages:
@@ -462,7 +474,8 @@ def _balance(actor_config, rl_config) -> Optional[BalanceSpec]:
     return BalanceSpec(rl_config.dp_balance_objective, rl_config.dp_balance_method, workload)
 
 
-def features(actor_config, rl_config, spec: WorkerSpec) -> Features:
+def features(actor_config, rl_config, spec: WorkerSpec, correction: CorrectionSpec = CorrectionSpec(),
+             partial: Optional[PartialSpec] = None) -> Features:
     """What the run does, from the configs: the stage table's rows read it."""
     ppo = actor_config.stage == "ray_ppo"
     rows = (rl_config.filter_groups_train_batch_size if rl_config.filter_groups_enable
@@ -471,7 +484,25 @@ def features(actor_config, rl_config, spec: WorkerSpec) -> Features:
     return Features(dynamic_sampling=bool(rl_config.filter_groups_enable),
                     kl_in_loss=rl_config.init_kl_coef > 0 and not kl_in_reward, kl_in_reward=kl_in_reward,
                     on_policy=rl_config.mini_batch_size == rows and rl_config.epochs == 1, critic=ppo,
-                    estimator=rl_config.adv_estimator, rollout_log_probs=spec.rollout.returns_log_probs)
+                    estimator=rl_config.adv_estimator, rollout_log_probs=spec.rollout.returns_log_probs,
+                    rollout_correction=correction.on and not correction.bypass_mode,
+                    bypass=correction.bypass_mode, partial_rollout=partial is not None)
+
+
+def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec):
+    """(partial rollout spec, rollout correction spec, worker spec): the rollout backend returns its log-probs
+    whenever the correction needs them (transformers generate too)."""
+    try:
+        partial = partial_spec(rl_config, generate_config, actor_config.global_batch_size)
+        correction = correction_spec(rl_config.rollout_correction, partial is not None)
+    except ValueError as err:
+        raise PlanError(str(err)) from None
+    if correction.on:
+        if spec.rollout.logprobs is None:
+            raise PlanError("rl_config.rollout_correction needs the rollout engine's log-probs: set "
+                            "generate_config.sampling_config.logprobs (0 or more)")
+        spec = dataclasses.replace(spec, rollout=dataclasses.replace(spec.rollout, hf_log_probs=True))
+    return partial, correction, spec
 
 
 def _check_estimator(actor_config, rl_config):
@@ -543,7 +574,8 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
     if not rl_config.use_dynamic_bsz and (mini // dp) % actor_config.micro_batch_size:
         raise PlanError(f"rl_config.mini_batch_size // data parallel size = {mini // dp} must be "
                         f"divisible by micro_batch_size={actor_config.micro_batch_size}")
-    feats = features(actor_config, rl_config, spec)
+    partial, correction, spec = _long_tail(actor_config, rl_config, generate_config, spec)
+    feats = features(actor_config, rl_config, spec, correction, partial)
     critic = _critic(critic_config, rl_config, generate_config, mini, rows) if feats.critic else None
     _check_update_dispatch(rl_config.actor_update_dispatch_size, layout, actor_config, mini, rows)
     layouts = {"actor": layout, "ref": layout, "critic": critic.layout if critic else None}
@@ -552,7 +584,7 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
         if not row.when(feats):
             continue
         written = {c for s in stages.values() for c in s.outputs}
-        inputs = row.inputs + tuple(c for c in row.optional_inputs if c in written)
+        inputs = row.inputs_for(feats) + tuple(c for c in row.optional_inputs if c in written)
         outputs = row.outputs_for(feats)
         n = rollout_rows if row.phase == "rollout" else rows
         if not row.is_dp:
@@ -587,6 +619,7 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
                    balance=_balance(actor_config, rl_config), seed=rl_config.seed,
                    train_prompts_per_round=train_prompts, overlong=overlong, group_filter=group_filter,
                    worker=spec, placement=rl_config.placement_strategy, features=feats, critic=critic, gae=gae,
+                   partial=partial, correction=correction,
                    # a rank waits in a collective at most as long as its peers' stage runs: the driver's
                    # stage deadline fires first and names the rank that did not answer
                    timeouts=Timeouts(td_timeout=timeout, collective=max(timeout, stage_timeout) + 60.0,

@@ -15,10 +15,15 @@ batch is full, then the 'train' stages run once on the kept rows.
 from dataclasses import dataclass
 from typing import Callable, Tuple
 
+from mindspeed_rl.models.rollout.base import ROLLOUT_BUDGET  # partial rollout: a row's new tokens this pass
+
 SEQ_COLUMNS = ("prompts", "responses", "prompt_length", "response_length")
 LENGTH_COST = ("prompt_length", "response_length")
 # the rollout engine's log-prob of each sampled token (vLLM), an extra rollout output read by the train stage
 ROLLOUT_LOG_PROBS = "rollout_log_probs"
+# rollout correction (driver): each token's importance weight and whether it stays in the loss
+IS_WEIGHTS = "rollout_is_weights"
+RESPONSE_MASK = "response_mask"
 # the filter metric (DAPO) is an extra output of the reward stage when dynamic sampling is on
 FILTER_METRIC = "metric_for_dapo"
 ROLES = ("actor", "ref", "critic", "driver")
@@ -33,7 +38,10 @@ class Features:
     on_policy: bool = False         # one optimizer step over the round, one epoch: no separate old log-probs
     critic: bool = False            # PPO: a critic worker group
     estimator: str = "group_norm"   # rl_config.adv_estimator
-    rollout_log_probs: bool = False  # the rollout engine returns its log-probs (vLLM)
+    rollout_log_probs: bool = False  # the rollout engine returns its log-probs
+    rollout_correction: bool = False  # IS weights / rejection between old and rollout log-probs (driver stage)
+    bypass: bool = False            # rollout correction's bypass mode: the engine's log-probs are the old ones
+    partial_rollout: bool = False   # partial_rollout_max_split > 1: rows carried between passes
 
     @property
     def uses_reference(self) -> bool:
@@ -65,7 +73,15 @@ def _uses_reference(f: Features) -> bool:
 
 
 def _old_log_probs(f: Features) -> bool:
-    return not f.on_policy or f.kl_in_reward  # the KL in the rewards is taken before the update
+    if f.kl_in_reward:
+        return True  # the KL in the rewards is taken before the update
+    if f.bypass:
+        return False  # the engine's log-probs are the old ones
+    return not f.on_policy or f.rollout_correction  # the correction compares them with the engine's
+
+
+def _rollout_correction(f: Features) -> bool:
+    return f.rollout_correction
 
 
 def _critic(f: Features) -> bool:
@@ -92,6 +108,7 @@ class Stage:
     when: Callable[[Features], bool] = _always  # whether a run has this stage
     optional_inputs: Tuple[str, ...] = ()  # also read when an earlier stage of the run writes them
     extra_outputs: Tuple[Tuple[str, str], ...] = ()  # (column, Features flag): written when the flag is on
+    extra_inputs: Tuple[Tuple[str, str], ...] = ()   # (column, Features flag): read when the flag is on
     share: str = "round"        # dp rows per share by default: 'round' (the rank's rows) or 'mini' (a mini-batch)
     queue_method: str = ""      # worker method that serves the stage from a queue of the round's rows ('': planned)
 
@@ -102,12 +119,16 @@ class Stage:
     def outputs_for(self, features: Features) -> Tuple[str, ...]:
         return self.outputs + tuple(c for c, flag in self.extra_outputs if features.has(flag))
 
+    def inputs_for(self, features: Features) -> Tuple[str, ...]:
+        return self.inputs + tuple(c for c, flag in self.extra_inputs if features.has(flag))
+
 
 # rows come from one queue of the round that every engine draws from (rl_config.guarantee_order: fixed shares)
 ROLLOUT = Stage("actor_rollout", "dp", "actor", "generate_sequences", ("prompts",),
                 ("responses", "response_length"), cost_columns=("prompt_length",),
                 dispatch_key="actor_rollout_dispatch_size", phase="rollout",
-                extra_outputs=((ROLLOUT_LOG_PROBS, "rollout_log_probs"),), queue_method="serve_sequences")
+                extra_outputs=((ROLLOUT_LOG_PROBS, "rollout_log_probs"),), queue_method="serve_sequences",
+                extra_inputs=((ROLLOUT_BUDGET, "partial_rollout"),))
 REWARD = Stage("rule_reward", "driver", "driver", "compute_rewards",
                ("responses", "labels", "prompt_length", "response_length"), ("rm_scores",), phase="rollout",
                extra_outputs=((FILTER_METRIC, "dynamic_sampling"),))
@@ -138,12 +159,16 @@ CRITIC_TRAIN = Stage("critic_train", "dp", "critic", "update", SEQ_COLUMNS + ("v
                      micro_batch_key="micro_batch_size", dispatch_key="critic_update_dispatch_size", balanceable=True,
                      share="mini",
                      when=_critic)
+# rollout correction: importance weights and rejection between the trainer's old log-probs and the engine's
+ROLLOUT_CORR = Stage("rollout_correction", "driver", "driver", "compute_rollout_correction",
+                     ("old_log_prob", ROLLOUT_LOG_PROBS, "response_length"), (IS_WEIGHTS, RESPONSE_MASK),
+                     when=_rollout_correction)
 TRAIN = Stage("actor_train", "dp", "actor", "update", SEQ_COLUMNS + ("advantages",), (),
               micro_batch_key="micro_batch_size", dispatch_key="actor_update_dispatch_size", balanceable=True,
               share="mini",
-              optional_inputs=("old_log_prob", "ref_log_prob", ROLLOUT_LOG_PROBS))
+              optional_inputs=("old_log_prob", "ref_log_prob", ROLLOUT_LOG_PROBS, IS_WEIGHTS, RESPONSE_MASK))
 
 # in the order an iteration runs them
-STAGES: Tuple[Stage, ...] = (ROLLOUT, REWARD, GROUP_ADV, FILTER, REF, OLD, VALUES, KL_REWARD, GAE_ADV,
-                             CRITIC_TRAIN, TRAIN)
+STAGES: Tuple[Stage, ...] = (ROLLOUT, REWARD, GROUP_ADV, FILTER, REF, OLD, ROLLOUT_CORR, VALUES, KL_REWARD,
+                             GAE_ADV, CRITIC_TRAIN, TRAIN)
 BALANCED_STAGES = tuple(dict.fromkeys(s.name for s in STAGES if s.balanceable))

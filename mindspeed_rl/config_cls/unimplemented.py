@@ -78,9 +78,6 @@ KEYS: List[Key] = [
     Key("rl_config", "rule_reward", ERROR, "rewards come from the rule verifiers only (no reward model)",
         lambda v: v is False),
     Key("rl_config", "hccl_buffersize", WARN, "no HCCL buffer is sized; collectives use torch.distributed defaults"),
-    Key("rl_config", "async_engine", WARN,
-        "a round's rollout ends when its every row is complete (the rollout queue's engines stop together); "
-        "nothing is carried to the next round"),
     Key("rl_config", "zmq_communication", WARN, "data moves through the Ray transfer dock"),
     Key("rl_config", "log_max_throughput", WARN, "no max-throughput metric; per-stage timings are logged"),
     Key("rl_config", "actor_max_packing_token_size", WARN,

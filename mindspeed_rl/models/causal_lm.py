@@ -434,15 +434,19 @@ class CausalLMEngine:
         pad_id: Optional[int] = None,
         seed: Optional[int] = None,
         min_p: float = 0.0,
-    ) -> List[Tensor]:
+        with_log_probs: bool = False,
+    ):
         """Sample (greedy when temperature == 0) a response per prompt; CPU int32 tensors (TOKEN_DTYPE).
 
         Each response holds the new tokens up to and including the first EOS, or max_new_tokens tokens.
         Only the given sampling settings apply (the checkpoint's generation_config is ignored).
+        ``with_log_probs``: returns (responses, log-probs), each sampled token's log-prob under the distribution
+        it was sampled from (after temperature / top-k / top-p), float32 per response; it keeps every step's
+        scores (batch x steps x vocab) until the end of the call.
         """
         self._need("lm", "generate")
         if len(prompts) == 0:
-            return []
+            return ([], []) if with_log_probs else []
         pad = self.pad_id if pad_id is None else int(pad_id)
         seqs = [p.reshape(-1).to(self.device, torch.long) for p in prompts]
         input_ids, attention_mask = pad_sequences(seqs, pad, padding_side="left")
@@ -470,19 +474,29 @@ class CausalLMEngine:
             with rng, self._autocast(), self._gathered():
                 if seed is not None:
                     torch.manual_seed(int(seed))
-                out = self.module.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
+                out = self.module.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                           output_scores=with_log_probs, return_dict_in_generate=with_log_probs,
+                                           **gen_kwargs)
         finally:
             self.module.generation_config = saved_config
 
-        new_tokens = out[:, width:].to("cpu", TOKEN_DTYPE)
-        results = []
-        for row in new_tokens:
+        sequences = out.sequences if with_log_probs else out
+        new_tokens = sequences[:, width:]
+        sampled = None
+        if with_log_probs:  # step t's processed scores, at the token sampled at step t
+            sampled = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(1, new_tokens[:, t:t + 1])[:, 0]
+                                   for t, step in enumerate(out.scores)], dim=1).cpu()
+        results, log_probs = [], []
+        for i, row in enumerate(new_tokens.to("cpu", TOKEN_DTYPE)):
+            keep = int(max_new_tokens)
             if eos_id is not None:
                 hits = (row == int(eos_id)).nonzero()
                 if hits.numel() > 0:
-                    row = row[: int(hits[0, 0]) + 1]
-            results.append(row[: int(max_new_tokens)].clone())
-        return results
+                    keep = min(keep, int(hits[0, 0]) + 1)
+            results.append(row[:keep].clone())
+            if sampled is not None:
+                log_probs.append(sampled[i, :keep].clone())
+        return (results, log_probs) if with_log_probs else results
 
     # ------------------------------------------------------------------ saving
 

@@ -20,7 +20,7 @@ import torch
 
 from mindspeed_rl.config_cls.stages import FILTER_METRIC
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock, group_rows
+from mindspeed_rl.trainer.utils.transfer_dock import group_rows
 
 # per-rank keys that add up over the rollout batches of one iteration
 _ADDITIVE = ("timing/", "tokens/", "load/")
@@ -57,16 +57,6 @@ def sum_by_rank(results: List[Dict[str, float]]) -> List[Dict[str, float]]:
 
 class RayDAPOTrainer(RayGRPOTrainer):
     """Upstream's RayDAPOTrainer name; takes RayGRPOTrainer's arguments."""
-
-    def transfer_dock_init(self):
-        plan = self.run_plan
-        # one dock for the rollout batches and the train batch: the larger of the two
-        self.transfer_dock = DriverDock(plan.dock_prompts, plan.n_samples,
-                                        addition_columns=self.dataset_additional_keys, run_plan=plan)
-
-    def fit(self, data_iters, start_iteration: int = 0, kl_coef: float = None):
-        self._data = data_iters  # dynamic sampling takes more batches from it inside an iteration
-        return super().fit(data_iters, start_iteration=start_iteration, kl_coef=kl_coef)
 
     def step(self, iteration: int, batch: dict) -> Dict[str, float]:
         plan = self.run_plan

@@ -10,9 +10,10 @@ import numpy as np
 from tqdm import tqdm
 
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, ROLLOUT, TRAIN
+from mindspeed_rl.trainer import partial_rollout
 from mindspeed_rl.trainer.base import RayBaseTrainer
 from mindspeed_rl.trainer.stage_runner import StageRunner
-from mindspeed_rl.trainer.utils import ppo_stages
+from mindspeed_rl.trainer.utils import correction_stage, ppo_stages
 from mindspeed_rl.trainer.utils.compute_utils import compute_group_advantages, compute_rewards
 from mindspeed_rl.trainer.utils.reward_guard import RewardGuard
 from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
@@ -105,6 +106,7 @@ class RayGRPOTrainer(RayBaseTrainer):
                  max_failed_reward_iterations: int = 1, **kwargs):
         # data_position: prompt batches taken from the data iterator so far (None: one per iteration)
         self.data_position = kwargs.pop("data_position", None)
+        eos_id = kwargs.pop("eos_id", None)  # partial rollout: a row that ends in it is complete
         super().__init__(actor_worker, ref_worker or actor_worker, reward_list, **kwargs)
         self.max_nonfinite_iterations = max_nonfinite_iterations
         self.reward_guard, self.iteration = RewardGuard(max_failed_reward_iterations), 0
@@ -115,10 +117,15 @@ class RayGRPOTrainer(RayBaseTrainer):
         self.history: List[Dict[str, float]] = []
         self.transfer_dock = None
         self.transfer_dock_init()
+        # partial rollout: prompts in flight between iterations, and the rollout passes run so far
+        self.carry_pool = (partial_rollout.make_pool(self.run_plan, eos_id, self.dataset_additional_keys)
+                           if self.run_plan.partial is not None else None)
+        self.rollout_passes = 0
 
     def transfer_dock_init(self):
         plan = self.run_plan
-        self.transfer_dock = DriverDock(plan.prompts_per_round, plan.n_samples,
+        # a rollout batch, DAPO's train batch or partial rollout's pool, whichever is largest
+        self.transfer_dock = DriverDock(plan.dock_prompts, plan.n_samples,
                                         addition_columns=self.dataset_additional_keys, run_plan=plan)
 
     def fit(self, data_iters: Iterator[dict], start_iteration: int = 0, kl_coef: float = None) -> List[Dict[str, float]]:
@@ -129,6 +136,7 @@ class RayGRPOTrainer(RayBaseTrainer):
         in a row stop the run (NonFiniteError)."""
         if kl_coef is not None:
             self.kl_ctrl.value = kl_coef
+        self._data = data_iters  # partial rollout and dynamic sampling take more batches inside an iteration
         self.transfer_dock.set_round(start_iteration)
         bar = tqdm(range(start_iteration + 1, self.train_iters + 1), desc="GRPO", disable=None)
         self.last_saved = start_iteration if start_iteration else None
@@ -171,6 +179,8 @@ class RayGRPOTrainer(RayBaseTrainer):
         """One iteration: the run plan's stages in order. A DP stage is the
         dock's plan and rows, one call per rank, and one write of the results;
         a driver stage is one fetch and one put."""
+        if self.carry_pool is not None:
+            return partial_rollout.step(self, iteration, batch)
         start = time.perf_counter()
         self._took_batch(iteration)
         self.transfer_dock.start_round(self._checked(batch), self.dataset_additional_keys)
@@ -230,6 +240,10 @@ class RayGRPOTrainer(RayBaseTrainer):
         self.reward_guard.check_advantages(self.iteration, metrics)  # says when every advantage is 0
         return metrics
 
+    def compute_rollout_correction(self, stage) -> Dict[str, float]:
+        """IS weights and rejection between the old log-probs and the rollout engine's (rl_config.rollout_correction)."""
+        return correction_stage.compute_rollout_correction(self.transfer_dock, stage, self.run_plan.correction)
+
     def compute_kl_rewards(self, stage) -> Dict[str, float]:
         """PPO use_kl_in_reward: per-token rewards less kl_coef * KL(old || ref)."""
         return ppo_stages.compute_kl_rewards(self.transfer_dock, stage, self.kl_ctrl.value,
@@ -264,6 +278,15 @@ class RayGRPOTrainer(RayBaseTrainer):
     def _save_groups(self, folder: str) -> None:
         for role in self.run_plan.roles:  # every worker group writes its own state into the iteration folder
             self.groups[role].save_checkpoint(folder, self.save_optimizer, self.save_rng)
+        if self.carry_pool is not None:
+            partial_rollout.save_pool(self, folder)
+
+    def load_driver_state(self, folder: str) -> None:
+        """The driver's own state of checkpoint ``folder`` beyond trainer_state.json: the partial rollout pool."""
+        if self.carry_pool is not None:
+            rows = partial_rollout.load_pool(self, folder)
+            if rows:
+                print(f"partial rollout: continuing {rows} rows of {folder}'s pool", flush=True)
 
     def _checked(self, batch: dict) -> dict:
         """Reject prompts longer than ``max_prompt_length`` (naming the row)."""

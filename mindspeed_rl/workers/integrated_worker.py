@@ -6,7 +6,8 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from mindspeed_rl.config_cls.stages import OLD, REF, ROLLOUT, ROLLOUT_LOG_PROBS, TRAIN
+from mindspeed_rl.config_cls.stages import (IS_WEIGHTS, OLD, REF, RESPONSE_MASK, ROLLOUT, ROLLOUT_BUDGET,
+                                           ROLLOUT_LOG_PROBS, TRAIN)
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.loss.grpo_loss import grpo_loss
 from mindspeed_rl.models.rollout import make_backend
@@ -20,6 +21,11 @@ from mindspeed_rl.workers.engine_worker import EngineWorker, sequence_lengths as
 def _length_rows(responses):
     """``response_length`` rows of ``responses`` (one int32 count each)."""
     return [torch.tensor([r.numel()], dtype=torch.int32) for r in responses]
+
+
+def budgets(batch):
+    """Each row's new-token budget of this pass (partial rollout's ``rollout_budget`` column), or None."""
+    return [int(b) for b in batch[ROLLOUT_BUDGET]] if ROLLOUT_BUDGET in batch else None
 
 
 def rollout_seed(base: int, iteration: int, first_row: int) -> int:
@@ -63,7 +69,7 @@ class IntegratedWorker(EngineWorker):
             out[ROLLOUT_LOG_PROBS] = []
         for batch, share in zip(batches, shares):
             result = self.rollout.generate(batch["prompts"], sampling, [seed_of(row) for row in share],
-                                           eos_id=self.eos_id, pad_id=self.pad_id)
+                                           eos_id=self.eos_id, pad_id=self.pad_id, budgets=budgets(batch))
             out["responses"] += result.responses
             if drift:
                 out[ROLLOUT_LOG_PROBS] += result.log_probs
@@ -128,21 +134,32 @@ class IntegratedWorker(EngineWorker):
     def _train_mini_batch(self, batch, kl_coef, skip_actor_log_prob) -> Dict[str, float]:
         rl = self.run_plan.worker.loss
         # the loss divides by the mini-batch's tokens (token_level_loss) or sequences, over all DP ranks
-        local = sum(r.numel() for r in batch["responses"]) if rl.token_level_loss else len(batch["responses"])
+        kept = ([int(m.sum()) for m in batch[RESPONSE_MASK]] if RESPONSE_MASK in batch  # rejected tokens are out
+                else [r.numel() for r in batch["responses"]])
+        local = sum(kept) if rl.token_level_loss else sum(k > 0 for k in kept)
         token_count = all_reduce_scalar(float(local), "sum", self.parallel_state.dp_group)
         parts = self._micro_batches(_lengths(batch), self.run_plan.worker.micro_batches.size(TRAIN.micro_batch_key),
                                     sync=True)
+        bypass = self.run_plan.features.bypass
+
         def loss_fn(idx, log_probs, entropy):
             lp = pad_sequence(log_probs, batch_first=True)
             mask = pad_sequence([torch.ones_like(x) for x in log_probs], batch_first=True)
-            old = lp.detach() if skip_actor_log_prob else batch.padded(OLD.outputs[0], idx).to(lp.device)
+            if RESPONSE_MASK in batch:
+                mask = mask * batch.padded(RESPONSE_MASK, idx).to(mask)
+            if bypass:  # rollout correction's bypass mode: the engine's log-probs are the old ones
+                old = batch.padded(ROLLOUT_LOG_PROBS, idx).to(lp)
+            else:
+                old = lp.detach() if skip_actor_log_prob else batch.padded(OLD.outputs[0], idx).to(lp.device)
+            weights = batch.padded(IS_WEIGHTS, idx).to(lp) if IS_WEIGHTS in batch else None
             ref = batch.padded(REF.outputs[0], idx).to(lp.device) if self.ref is not None else None
             ent = pad_sequence(entropy, batch_first=True) if entropy is not None else None
             # one advantage per row (GRPO: one index op, broadcast over its tokens) or per token (PPO's GAE)
             return grpo_loss(lp, old, batch.padded("advantages", idx).to(lp.device), mask, clip_ratio=rl.clip_ratio,
                              ref_log_probs=ref, kl_coef=kl_coef, kl_kind=rl.kl_penalty, entropy=ent,
                              entropy_coeff=rl.entropy_coeff, token_count=1.0, clip_ratio_low=rl.clip_ratio_low,
-                             clip_ratio_high=rl.clip_ratio_high, token_level_loss=rl.token_level_loss)
+                             clip_ratio_high=rl.clip_ratio_high, token_level_loss=rl.token_level_loss,
+                             is_weights=weights)
 
         drift = ROLLOUT_LOG_PROBS in batch
         trainer_lp = {}  # on-policy: this pass's own log-probs are the trainer's view of the rollout policy

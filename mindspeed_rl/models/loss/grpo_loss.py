@@ -68,6 +68,7 @@ def grpo_loss(
     clip_ratio_low: Optional[float] = None,
     clip_ratio_high: Optional[float] = None,
     token_level_loss: bool = True,
+    is_weights: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, Dict[str, float]]:
     """PPO-clipped GRPO/DAPO loss summed over response tokens and divided by token_count.
 
@@ -84,6 +85,8 @@ def grpo_loss(
     (negative advantage below 1 - low, positive advantage above 1 + high). With
     ``token_level_loss=False`` each sequence's tokens are averaged first (seq-mean-token-mean):
     the sum runs over sequences and token_count counts sequences (default: this call's).
+    ``is_weights`` (B, T): rollout correction's importance weights, multiplying the clipped policy-gradient
+    term of each token (not the KL or entropy terms); rejected tokens are left out through ``mask``.
     """
     if old_log_probs is None:
         old_log_probs = log_probs.detach()
@@ -98,6 +101,8 @@ def grpo_loss(
     pg_unclipped = -advantages * ratio
     pg_clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
     pg = torch.maximum(pg_unclipped, pg_clipped)
+    if is_weights is not None:
+        pg = pg * is_weights.to(pg.dtype).detach()
     per_token = pg
     clipped = pg_clipped > pg_unclipped
 

@@ -6,6 +6,9 @@ from typing import Callable, List, Optional
 import numpy as np
 from torch import Tensor
 
+# partial rollout: the rollout input column of each row's new-token budget for this pass
+ROLLOUT_BUDGET = "rollout_budget"
+
 
 @dataclass
 class RolloutResult:
@@ -35,8 +38,9 @@ class RolloutBackend:
     name = "base"
 
     def generate(self, prompts: List[Tensor], sampling, seeds: List[int], eos_id: Optional[int],
-                 pad_id: Optional[int]) -> RolloutResult:
-        """One response per prompt; ``seeds[i]`` is prompt i's sampling seed (from the rollout seed)."""
+                 pad_id: Optional[int], budgets: Optional[List[int]] = None) -> RolloutResult:
+        """One response per prompt; ``seeds[i]`` is prompt i's sampling seed (from the rollout seed);
+        ``budgets[i]``: at most that many new tokens for prompt i (partial rollout; default max_tokens)."""
         raise NotImplementedError
 
     def serve(self, source, sampling, seed_of: Callable[[int], int], eos_id: Optional[int], pad_id: Optional[int],
@@ -52,7 +56,9 @@ class RolloutBackend:
                 break
             prompts = got.inputs["prompts"]
             start = clock()
-            result = self.generate(prompts, sampling, [seed_of(r) for r in got.ids], eos_id, pad_id)
+            budgets = got.inputs.get(ROLLOUT_BUDGET)
+            result = self.generate(prompts, sampling, [seed_of(r) for r in got.ids], eos_id, pad_id,
+                                   [int(b) for b in budgets] if budgets is not None else None)
             seconds = clock() - start
             longest = max((r.numel() for r in result.responses), default=0)
             out.trace.append((longest, len(prompts), len(prompts) * max(p.numel() for p in prompts), seconds))
@@ -81,7 +87,7 @@ def make_backend(spec, actor, model_path: str, device, rank: int, world_size: in
     """The backend ``spec`` (config_cls.rollout_spec.RolloutSpec) names, over the actor engine ``actor``."""
     if spec.backend == "hf":
         from mindspeed_rl.models.rollout.hf_backend import HFRollout
-        return HFRollout(actor)
+        return HFRollout(actor, log_probs=spec.returns_log_probs)
     if spec.backend == "vllm":
         from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
         return VLLMRollout(spec, actor, model_path, device, rank, world_size, seed, trust_remote_code)

@@ -5,13 +5,21 @@ from mindspeed_rl.models.rollout.base import RolloutBackend, RolloutResult
 class HFRollout(RolloutBackend):
     name = "hf"
 
-    def __init__(self, actor):
-        self.actor = actor
+    def __init__(self, actor, log_probs: bool = False):
+        """``log_probs``: also return each sampled token's log-prob after temperature / top-k / top-p (as vLLM's
+        processed log-probs), for rollout correction."""
+        self.actor, self.log_probs = actor, log_probs
 
-    def generate(self, prompts, sampling, seeds, eos_id, pad_id) -> RolloutResult:
-        # one left-padded batch per share, seeded by the share's first row (seeds[0])
-        responses = self.actor.generate(prompts, max_new_tokens=sampling.max_tokens,
-                                        temperature=sampling.temperature, top_p=sampling.top_p,
-                                        top_k=max(0, sampling.top_k), min_p=sampling.min_p, eos_id=eos_id,
-                                        pad_id=pad_id, seed=seeds[0] if seeds else None)
-        return RolloutResult(responses)
+    def generate(self, prompts, sampling, seeds, eos_id, pad_id, budgets=None) -> RolloutResult:
+        # one left-padded batch per share, seeded by the share's first row (seeds[0]); a row with a smaller
+        # budget than the batch's largest is cut to it
+        most = max(budgets) if budgets else sampling.max_tokens
+        out = self.actor.generate(prompts, max_new_tokens=most, temperature=sampling.temperature,
+                                  top_p=sampling.top_p, top_k=max(0, sampling.top_k), min_p=sampling.min_p,
+                                  eos_id=eos_id, pad_id=pad_id, seed=seeds[0] if seeds else None,
+                                  with_log_probs=self.log_probs)
+        responses, log_probs = out if self.log_probs else (out, None)
+        if budgets:
+            responses = [r[:b] for r, b in zip(responses, budgets)]
+            log_probs = [lp[:b] for lp, b in zip(log_probs, budgets)] if log_probs is not None else None
+        return RolloutResult(responses, log_probs)

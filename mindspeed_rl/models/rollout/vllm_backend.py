@@ -15,7 +15,7 @@ from typing import Dict, Iterator, List, Tuple
 import torch
 from torch.distributed.tensor import DTensor
 
-from mindspeed_rl.models.rollout.base import RolloutBackend, RolloutResult, Served
+from mindspeed_rl.models.rollout.base import ROLLOUT_BUDGET, RolloutBackend, RolloutResult, Served
 from mindspeed_rl.utils.token_ids import token_ids
 
 _MIB = 2 ** 20
@@ -111,12 +111,13 @@ class VLLMRollout(RolloutBackend):
 
     # ------------------------------------------------------------ sampling
 
-    def _params(self, sampling, seed: int, eos_id):
+    def _params(self, sampling, seed: int, eos_id, budget=None):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
         greedy = sampling.temperature <= 0
         return SamplingParams(
-            n=1, max_tokens=sampling.max_tokens, temperature=0.0 if greedy else sampling.temperature,
+            n=1, max_tokens=sampling.max_tokens if budget is None else int(budget),
+            temperature=0.0 if greedy else sampling.temperature,
             top_p=1.0 if greedy else sampling.top_p, top_k=0 if greedy or sampling.top_k <= 0 else sampling.top_k,
             min_p=0.0 if greedy else sampling.min_p, seed=int(seed),
             # no eos_id: run to max_tokens, as the HF backend does (vLLM would stop at the checkpoint's EOS)
@@ -137,12 +138,12 @@ class VLLMRollout(RolloutBackend):
         if self.stale:  # a collective over the actor's mesh: every rank syncs before it takes rows
             self.sync_weights()
 
-    def generate(self, prompts, sampling, seeds, eos_id, pad_id) -> RolloutResult:
+    def generate(self, prompts, sampling, seeds, eos_id, pad_id, budgets=None) -> RolloutResult:
         self.prepare()  # first, even with no prompts
         if not prompts:
             return RolloutResult([], [] if self.settings.returns_log_probs else None)
         requests = [{"prompt_token_ids": p.reshape(-1).tolist()} for p in prompts]
-        params = [self._params(sampling, s, eos_id) for s in seeds]
+        params = [self._params(sampling, s, eos_id, budgets[i] if budgets else None) for i, s in enumerate(seeds)]
         made = [self._response(out) for out in self.llm.generate(requests, params, use_tqdm=False)]
         return RolloutResult([r for r, _ in made],
                              [lp for _, lp in made] if self.settings.returns_log_probs else None)
@@ -171,10 +172,11 @@ class VLLMRollout(RolloutBackend):
             got = source.poll(block=not live)
             if got:
                 now = clock()
-                for row, position, prompt in zip(got.ids, got.positions, got.inputs["prompts"]):
+                budgets = got.inputs.get(ROLLOUT_BUDGET) or [None] * len(got.ids)
+                for row, position, prompt, budget in zip(got.ids, got.positions, got.inputs["prompts"], budgets):
                     rid = f"row{row}"
                     engine.add_request(rid, {"prompt_token_ids": prompt.reshape(-1).tolist()},
-                                       self._params(sampling, seed_of(row), eos_id))
+                                       self._params(sampling, seed_of(row), eos_id, budget))
                     live[rid] = [row, position, now, steps, prompt.numel()]
                     prefill += prompt.numel()
             if not live:

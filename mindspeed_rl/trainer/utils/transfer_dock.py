@@ -257,6 +257,10 @@ class DriverDock:
         self._stage_plans[name] = plan
         return plan
 
+    def round_rows(self) -> int:
+        """Rows of this round (rows 0 .. n-1)."""
+        return self._round_rows()
+
     def _round_rows(self) -> int:
         """Rows of this round: the prompts put, rows 0 .. n-1 (a full round fills the dock)."""
         ready = self.experience_data_status["prompts"]
@@ -303,12 +307,22 @@ class DriverDock:
             raise ValueError(f"queue_round: stage '{stage.name}' is planned, not queued")
         order = torch.arange(self._round_rows())
         self._require(list(dict.fromkeys(stage.inputs + stage.cost_columns)), order, f"stage '{stage.name}'")
+        if self._queue_groups is not None:  # a round of rows that are not whole groups (partial rollout)
+            groups, prior = self._queue_groups
+            if len(groups) != order.numel():
+                raise ValueError(f"queue_round: {len(groups)} queue groups for a round of {order.numel()} rows")
+            return QueueRound(order.tolist(), self._gather(group.inputs, order), list(groups), list(prior))
         n = self.n_samples_per_prompt
         firsts = order[::n]
         prior = self.prompt_lengths.expect(self.experience_data["prompts"].views(firsts))
         groups = order // n
         return QueueRound(order.tolist(), self._gather(group.inputs, order), groups.tolist(),
                           prior[groups.numpy()].tolist())
+
+    def set_queue_groups(self, groups: Sequence[int], prior: Sequence[float]) -> None:
+        """This round's rows by queue group, and each row's group's expected length (instead of whole GRPO
+        groups of consecutive rows and the prompts' earlier lengths); the next round forgets them."""
+        self._queue_groups = (list(groups), list(prior))
 
     def put_queued(self, group: "StageGroup", order: Sequence[int], made: Sequence[Tuple[Sequence[int], object]]):
         """Write what the consumers of a queued stage made: ``made[k]`` = (row ids, output columns in that
@@ -345,7 +359,8 @@ class DriverDock:
             checked.append((columns, parts, mine))
         for part in checked:  # every consumer checked before anything is written
             self._write(*part)
-        self._remember_lengths(want.numel())
+        if self._queue_groups is None:
+            self._remember_lengths(want.numel())
 
     def _remember_lengths(self, rows: int) -> None:
         """Each group's mean response length in this round's ``rows`` rows (0 .. rows-1, whole groups), for the
@@ -386,6 +401,7 @@ class DriverDock:
         """Plans forgotten; the planner's random draws seeded by (seed, round)."""
         self.planner.reset(self.round)
         self._stage_plans: Dict[str, List[List[List[int]]]] = {}
+        self._queue_groups = None
 
     def set_round(self, round_index: int):
         """Continue the round count (a resumed run): the next ``clear`` starts round ``round_index + 1``."""

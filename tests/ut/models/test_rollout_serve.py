@@ -48,7 +48,7 @@ def _vllm(cap):
     rollout.settings = RolloutSpec("vllm", "test", max_num_seqs=cap, logprobs=0)
     rollout.stale = False
     rollout.llm = SimpleNamespace(llm_engine=StandInEngine(cap))
-    rollout._params = lambda sampling, seed, eos_id: seed
+    rollout._params = lambda sampling, seed, eos_id, budget=None: seed
     return rollout
 
 
@@ -118,7 +118,7 @@ class StandInGenerate(RolloutBackend):
     def __init__(self):
         self.calls = []
 
-    def generate(self, prompts, sampling, seeds, eos_id, pad_id):
+    def generate(self, prompts, sampling, seeds, eos_id, pad_id, budgets=None):
         self.calls.append(list(seeds))
         return RolloutResult([torch.ones(LENGTHS[s - 1000], dtype=torch.int32) for s in seeds])
 
@@ -143,3 +143,43 @@ def test_a_drained_queue_serves_nothing():
         queue.take(1, 1, 0, 1)  # the other consumer took the only row
         served = backend.serve(_source(queue, 0), None, lambda row: seed_of(row - 100), None, None, 1)
         assert served.rows == [] and served.trace == []
+
+
+def test_vllm_gives_each_request_its_rows_pass_budget():
+    rollout, queue = _vllm(cap=4), RolloutQueue()
+    asked = {}
+
+    def params(sampling, seed, eos_id, budget=None):
+        asked[seed - 1000] = budget
+        return seed
+    rollout._params = params
+    rows = len(LENGTHS)
+    queue.load(1, rows, 1)
+    prompts = [torch.arange(2) for _ in range(rows)]
+    budgets = [torch.tensor([b], dtype=torch.int32) for b in range(1, rows + 1)]
+    source = LocalSource(queue, 0, [100 + r for r in range(rows)], {"prompts": prompts, "rollout_budget": budgets})
+    rollout.serve(source, None, lambda row: seed_of(row - 100), None, None, 4)
+    assert asked == {r: r + 1 for r in range(rows)}
+    served_plain = _vllm(cap=4)
+    seen = []
+    served_plain._params = lambda sampling, seed, eos_id, budget=None: seen.append(budget) or seed
+    queue.load(2, rows, 1)
+    served_plain.serve(_source(queue), None, lambda row: seed_of(row - 100), None, None, 4)
+    assert seen == [None] * rows  # without the column: max_tokens
+
+
+def test_generate_passes_the_chunks_budgets():
+    class Recording(RolloutBackend):
+        def __init__(self):
+            self.budgets = []
+
+        def generate(self, prompts, sampling, seeds, eos_id, pad_id, budgets=None):
+            self.budgets.append(budgets)
+            return RolloutResult([torch.ones(1, dtype=torch.int32)] * len(prompts))
+
+    backend, queue = Recording(), RolloutQueue()
+    queue.load(1, 4, 1, chunk=2)
+    source = LocalSource(queue, 0, [0, 1, 2, 3], {"prompts": [torch.arange(2)] * 4,
+                                                  "rollout_budget": [torch.tensor([b]) for b in (5, 6, 7, 8)]})
+    backend.serve(source, None, seed_of, None, None, 2)
+    assert backend.budgets == [[5, 6], [7, 8]]

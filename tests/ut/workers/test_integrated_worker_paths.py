@@ -49,7 +49,7 @@ class Rollout:
         self.with_log_probs = with_log_probs
         self.changed, self.closed, self.calls = 0, 0, []
 
-    def generate(self, prompts, sampling, seeds, eos_id, pad_id):
+    def generate(self, prompts, sampling, seeds, eos_id, pad_id, budgets=None):
         self.calls.append((list(seeds), eos_id, pad_id))
         responses = [torch.arange(1 + int(p[0])) for p in prompts]
         log_probs = [torch.full((r.numel(),), -0.25) for r in responses] if self.with_log_probs else None

@@ -35,7 +35,7 @@ class Rollout:
     def __init__(self):
         self.seeds = []
 
-    def generate(self, prompts, sampling, seeds, eos_id, pad_id):
+    def generate(self, prompts, sampling, seeds, eos_id, pad_id, budgets=None):
         self.seeds.append(list(seeds))
         return type("Result", (), {"responses": [torch.ones(2, dtype=torch.long) for _ in prompts],
                                    "log_probs": None})()

@@ -1,0 +1,85 @@
+"""One iteration with partial rollout (``rl_config.partial_rollout_max_split > 1``; config_cls/partial_rollout.py).
+
+The pool (trainer/utils/carry_pool.py) is topped up with prompt batches while a whole batch fits; rollout passes
+run over its incomplete rows (each a round of the dock on the rollout queue, every row at most ``pass_tokens``
+new tokens) until ``global_batch_size`` prompts are complete; those become the train round and every other stage
+of the table runs on it as usual. The pool is saved beside the workers' state in every checkpoint.
+"""
+import os
+import time
+from typing import Dict
+
+import torch
+
+from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS
+from mindspeed_rl.trainer.utils.carry_pool import CarryPool
+from mindspeed_rl.utils.error_cause import named_failure
+
+POOL_FILE = "carry_pool.pt"
+
+
+def make_pool(plan, eos_id, extra_columns) -> CarryPool:
+    spec = plan.partial
+    return CarryPool(plan.n_samples, spec.max_tokens, spec.pass_tokens, eos_id, extra_columns)
+
+
+def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
+    from mindspeed_rl.trainer.dapo_trainer_hybrid import merge_rollout_metrics, sum_by_rank
+    plan, pool, td = trainer.run_plan, trainer.carry_pool, trainer.transfer_dock
+    spec = plan.partial
+    start = time.perf_counter()
+    trainer._took_batch(iteration)
+    pool.add(trainer._checked(batch))
+    while pool.groups + spec.train_prompts <= spec.pool_prompts:  # room for a whole batch: take the next
+        pool.add(trainer._checked(next(trainer._data)))
+        trainer.data_position += 1
+    rollout = [plan.stage(ROLLOUT.name)]
+    outputs = [c for c in rollout[0].outputs]
+    passes, rollout_metrics, rollout_results = 0, [], []
+    while len(pool.complete_groups()) < spec.train_prompts:
+        rows = pool.pass_rows()
+        trainer.rollout_passes += 1
+        passes += 1
+        td.set_round(2 * trainer.rollout_passes)  # rounds (and the pass's sampling seeds) follow the pass count
+        td.clear()
+        td.put_experience(pool.pass_inputs(rows), list(range(len(rows))))
+        td.set_queue_groups(*pool.pass_groups(rows))
+        metrics, results = trainer._run_stages(rollout, iteration=trainer.rollout_passes)
+        rollout_metrics.append(metrics)
+        rollout_results += results
+        made = td.get_rows(outputs, list(range(len(rows))))
+        pool.extend(rows, list(made["responses"]),
+                    list(made[ROLLOUT_LOG_PROBS]) if ROLLOUT_LOG_PROBS in made else None, iteration)
+    columns, partial_metrics = pool.take(spec.train_prompts, iteration)
+    if ROLLOUT_LOG_PROBS not in td.experience_columns:
+        columns.pop(ROLLOUT_LOG_PROBS)
+    td.set_round(2 * trainer.rollout_passes + 1)
+    td.clear()
+    td.put_experience(columns, list(range(len(columns["prompts"]))))
+    train = [s for s in plan.stages.values() if s.name != ROLLOUT.name]
+    metrics, results = trainer._run_stages(train, iteration=iteration)
+    metrics.update(merge_rollout_metrics(rollout_metrics))
+    metrics.update(partial_metrics)
+    metrics["partial_rollout/passes"] = float(passes)
+    return trainer._finish_step(iteration, metrics, sum_by_rank(rollout_results) + results, start)
+
+
+def save_pool(trainer, folder: str) -> None:
+    state = dict(trainer.carry_pool.state_dict(), rollout_passes=trainer.rollout_passes)
+    with named_failure("saving the partial rollout pool into", folder):
+        torch.save(state, os.path.join(folder, POOL_FILE))
+
+
+def load_pool(trainer, folder: str) -> int:
+    """Continue the rows of ``folder``'s pool; returns how many rows it held. A checkpoint without a pool (saved
+    with partial rollout off) starts an empty one."""
+    path = os.path.join(folder, POOL_FILE)
+    if not os.path.exists(path):
+        return 0
+    try:
+        state = torch.load(path, weights_only=False)
+    except Exception as err:  # noqa: BLE001  (a damaged file, named)
+        raise ValueError(f"partial rollout: cannot read {path}: {type(err).__name__}: {err}") from None
+    trainer.carry_pool.load_state_dict(state)
+    trainer.rollout_passes = int(state["rollout_passes"])
+    return len(trainer.carry_pool.rows)

@@ -1,0 +1,155 @@
+"""Partial rollout's pool: the prompts in flight and the responses they have made so far.
+
+Pure bookkeeping on CPU tensors (no Ray). A prompt enters as a group of ``n`` rows; a rollout pass continues every
+incomplete row (its prompt followed by its tokens so far) for at most ``pass_tokens`` new tokens; a row is complete
+once it ended (EOS, or fewer new tokens than its budget: the engine stopped it) or holds ``max_tokens`` tokens.
+A row keeps, per token, the rollout engine's log-prob and the iteration it was sampled in. Complete groups leave
+for training oldest first. ``state_dict`` holds everything, so a resumed run continues the same rows.
+"""
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from mindspeed_rl.config_cls.stages import ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
+from mindspeed_rl.utils.token_ids import TOKEN_DTYPE
+
+
+class CarryPool:
+    def __init__(self, n_samples: int, max_tokens: int, pass_tokens: int, eos_id: Optional[int],
+                 extra_columns: Sequence[str] = ()):
+        self.n, self.max_tokens, self.pass_tokens, self.eos_id = n_samples, max_tokens, pass_tokens, eos_id
+        self.extra_columns = tuple(extra_columns)
+        self.rows: List[Dict[str, object]] = []
+        self.next_group = 0
+
+    # ------------------------------------------------------------ filling
+
+    def add(self, batch: Dict[str, list]) -> None:
+        """A batch of prompts (and their extra columns), each as ``n`` rows."""
+        prompts = list(batch["prompts"])
+        for key in self.extra_columns:
+            if key in batch and len(batch[key]) != len(prompts):
+                raise ValueError(f"partial rollout: '{key}' has {len(batch[key])} rows, prompts have {len(prompts)}")
+        for i, prompt in enumerate(prompts):
+            extra = {k: batch[k][i] for k in self.extra_columns if k in batch}
+            for _ in range(self.n):
+                self.rows.append({"group": self.next_group, "prompt": prompt.reshape(-1), "extra": extra,
+                                  "tokens": torch.zeros(0, dtype=TOKEN_DTYPE),
+                                  "log_probs": torch.zeros(0, dtype=torch.float32),
+                                  "born": torch.zeros(0, dtype=torch.int64), "passes": 0, "done": False})
+            self.next_group += 1
+
+    @property
+    def groups(self) -> int:
+        return len({r["group"] for r in self.rows})
+
+    def complete_groups(self) -> List[int]:
+        """Groups whose every row is complete, oldest first."""
+        state: Dict[int, bool] = {}
+        for r in self.rows:
+            state[r["group"]] = state.get(r["group"], True) and r["done"]
+        return sorted(g for g, done in state.items() if done)
+
+    # ------------------------------------------------------------ a pass
+
+    def pass_rows(self) -> List[int]:
+        """Pool indexes of the incomplete rows, oldest group first (a group's rows together)."""
+        return sorted((i for i, r in enumerate(self.rows) if not r["done"]), key=lambda i: self.rows[i]["group"])
+
+    def budget(self, index: int) -> int:
+        return min(self.pass_tokens, self.max_tokens - self.rows[index]["tokens"].numel())
+
+    def pass_inputs(self, indexes: Sequence[int]) -> Dict[str, list]:
+        """The rollout round of ``indexes``: prompt + tokens so far, the pass's budget per row."""
+        rows = [self.rows[i] for i in indexes]
+        prompts = [torch.cat([r["prompt"].to(TOKEN_DTYPE), r["tokens"]]) for r in rows]
+        return {"prompts": prompts, "prompt_length": torch.tensor([p.numel() for p in prompts]),
+                ROLLOUT_BUDGET: torch.tensor([self.budget(i) for i in indexes], dtype=torch.int32)}
+
+    def pass_groups(self, indexes: Sequence[int]):
+        """(group of each row, numbered 0.. in order; each group's expected length for the queue: rows already
+        carried rank before new ones, the longest so far first)."""
+        order, prior, out = {}, [], []
+        for i in indexes:
+            r = self.rows[i]
+            g = order.setdefault(r["group"], len(order))
+            if g == len(prior):
+                prior.append(0.0)
+            made = float(r["tokens"].numel())
+            prior[g] = max(prior[g], self.max_tokens + made if made else 0.0)
+            out.append(g)
+        return out, [prior[g] for g in out]
+
+    def extend(self, indexes: Sequence[int], responses: Sequence[torch.Tensor],
+               log_probs: Optional[Sequence[torch.Tensor]], iteration: int) -> None:
+        """Append a pass's new tokens (and their log-probs) to ``indexes``; every check before any change."""
+        if len(responses) != len(indexes) or (log_probs is not None and len(log_probs) != len(indexes)):
+            raise ValueError(f"partial rollout: {len(responses)} responses for {len(indexes)} rows")
+        for k, (i, new) in enumerate(zip(indexes, responses)):
+            if new.numel() > self.budget(i):
+                raise ValueError(f"partial rollout: row {k} of the pass made {new.numel()} tokens, over its budget "
+                                 f"of {self.budget(i)}")
+            if log_probs is not None and log_probs[k].numel() != new.numel():
+                raise ValueError(f"partial rollout: row {k} of the pass has {log_probs[k].numel()} log-probs for "
+                                 f"{new.numel()} tokens")
+        for k, (i, new) in enumerate(zip(indexes, responses)):
+            r, budget = self.rows[i], self.budget(i)
+            new = new.reshape(-1).to(TOKEN_DTYPE)
+            r["tokens"] = torch.cat([r["tokens"], new])
+            lp = log_probs[k].reshape(-1).float() if log_probs is not None else torch.zeros(new.numel())
+            r["log_probs"] = torch.cat([r["log_probs"], lp])
+            r["born"] = torch.cat([r["born"], torch.full((new.numel(),), int(iteration), dtype=torch.int64)])
+            r["passes"] += 1
+            ended = self.eos_id is not None and new.numel() > 0 and int(new[-1]) == int(self.eos_id)
+            r["done"] = ended or new.numel() < budget or r["tokens"].numel() >= self.max_tokens
+
+    # ------------------------------------------------------------ training
+
+    def take(self, count: int, iteration: int):
+        """The ``count`` oldest complete groups as train columns (rows group by group), removed from the pool,
+        and their metrics: rows that took more than one pass, tokens made before the last pass, token age."""
+        chosen = set(self.complete_groups()[:count])
+        if len(chosen) < count:
+            raise ValueError(f"partial rollout: {len(chosen)} complete groups, {count} wanted")
+        taken = sorted((r for r in self.rows if r["group"] in chosen), key=lambda r: r["group"])
+        self.rows = [r for r in self.rows if r["group"] not in chosen]
+        columns: Dict[str, list] = {
+            "prompts": [r["prompt"] for r in taken], "responses": [r["tokens"] for r in taken],
+            "prompt_length": torch.tensor([r["prompt"].numel() for r in taken]),
+            "response_length": torch.tensor([r["tokens"].numel() for r in taken]),
+            ROLLOUT_LOG_PROBS: [r["log_probs"] for r in taken]}
+        for key in self.extra_columns:
+            if all(key in r["extra"] for r in taken):
+                columns[key] = [r["extra"][key] for r in taken]
+        born = torch.cat([r["born"] for r in taken])
+        continued = [r for r in taken if r["passes"] > 1]
+        age = (iteration - born).float()
+        metrics = {"partial_rollout/continued_rows": float(len(continued)),
+                   "partial_rollout/continued_tokens": float(sum(int((r["born"] < iteration).sum()) for r in taken)),
+                   "partial_rollout/token_age_mean": float(age.mean()) if age.numel() else 0.0,
+                   "partial_rollout/token_age_max": float(age.max()) if age.numel() else 0.0,
+                   "partial_rollout/max_passes": float(max(r["passes"] for r in taken))}
+        metrics.update(self.carried_metrics())
+        return columns, metrics
+
+    def carried_metrics(self) -> Dict[str, float]:
+        """What stays for later iterations: incomplete rows and their tokens, complete rows waiting."""
+        open_rows = [r for r in self.rows if not r["done"]]
+        return {"partial_rollout/carried_rows": float(len(open_rows)),
+                "partial_rollout/carried_tokens": float(sum(r["tokens"].numel() for r in open_rows)),
+                "partial_rollout/waiting_complete_rows": float(len(self.rows) - len(open_rows))}
+
+    # ------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict:
+        return {"rows": [dict(r) for r in self.rows], "next_group": self.next_group, "n": self.n,
+                "max_tokens": self.max_tokens, "pass_tokens": self.pass_tokens}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key in ("n", "max_tokens", "pass_tokens"):
+            if state[key] != getattr(self, key):
+                raise ValueError(f"partial rollout: the checkpoint's pool has {key}={state[key]}, this run "
+                                 f"{getattr(self, key)} (n_samples_per_prompt, max_tokens and "
+                                 f"partial_rollout_max_split must match to continue its rows)")
+        self.rows = [dict(r) for r in state["rows"]]
+        self.next_group = int(state["next_group"])

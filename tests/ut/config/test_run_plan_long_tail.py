@@ -1,0 +1,62 @@
+"""The run plan with partial rollout and rollout correction: which stages run, what they read, the checks."""
+from pathlib import Path
+
+import pytest
+
+from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec
+
+TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
+
+
+def _plan(*overrides):
+    return build_configs(load_config(TINY, list(overrides))).plan
+
+
+def test_partial_rollout_plans_a_pool_budgets_and_the_correction():
+    plan = _plan("rl_config.partial_rollout_max_split=3")
+    assert (plan.partial.max_split, plan.partial.pass_tokens, plan.partial.pool_prompts) == (3, 4, 16)
+    assert plan.dock_prompts == 16 and plan.prompts_per_round == 8
+    assert plan.stages["actor_rollout"].inputs == ("prompts", "rollout_budget")
+    assert plan.correction == CorrectionSpec("token", 2.0)
+    assert list(plan.stages) == ["actor_rollout", "rule_reward", "compute_advantage", "ref_log_prob",
+                                 "actor_log_prob", "rollout_correction", "actor_train"]
+    assert {"rollout_is_weights", "response_mask", "rollout_log_probs"} <= set(plan.stages["actor_train"].inputs)
+    assert plan.worker.rollout.returns_log_probs  # transformers generate returns them for the correction
+    lines = plan.long_tail_lines()
+    assert lines[0].startswith("partial rollout: at most 4 new tokens") and "token-level IS" in lines[1]
+
+
+def test_split_one_and_no_correction_plan_what_they_always_did():
+    default, explicit = _plan(), _plan("rl_config.partial_rollout_max_split=1")
+    assert default == explicit and default.partial is None and not default.correction.on
+    assert default.long_tail_lines() == []
+    assert "rollout_budget" not in default.stages["actor_rollout"].inputs
+    assert not default.worker.rollout.returns_log_probs  # transformers generate: tokens only
+
+
+def test_correction_forces_the_old_log_probs_even_on_policy():
+    on_policy = ("rl_config.mini_batch_size=8",)
+    assert "actor_log_prob" not in _plan(*on_policy).stages
+    plan = _plan(*on_policy, "rl_config.rollout_correction={rollout_is: sequence}")
+    assert "actor_log_prob" in plan.stages and "rollout_correction" in plan.stages
+
+
+def test_bypass_mode_skips_the_old_log_probs_and_the_correction_stage():
+    plan = _plan("rl_config.rollout_correction={bypass_mode: true}")
+    assert plan.features.bypass and not plan.features.rollout_correction
+    assert "actor_log_prob" not in plan.stages and "rollout_correction" not in plan.stages
+    assert "rollout_log_probs" in plan.stages["actor_train"].inputs
+    assert "bypass mode" in plan.long_tail_lines()[0]
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (("rl_config.partial_rollout_max_split=2", "rl_config.guarantee_order=true"), "guarantee_order must be false"),
+    (("rl_config.partial_rollout_max_split=0",), "must be an int >= 1"),
+    (("rl_config.partial_rollout_max_split=11",), "exceeds sampling_config.max_tokens=10"),
+    (("rl_config.rollout_correction={rollout_is: tokens}",), "rollout_is='tokens'"),
+    (("rl_config.async_engine=1",), "async_engine expects bool"),
+])
+def test_bad_settings_are_one_error_naming_the_key(overrides, match):
+    with pytest.raises(Exception, match=match):
+        _plan(*overrides)
