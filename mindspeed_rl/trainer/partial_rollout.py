@@ -35,7 +35,7 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
         trainer.data_position += 1
     rollout = [plan.stage(ROLLOUT.name)]
     outputs = [c for c in rollout[0].outputs]
-    passes, rollout_metrics, rollout_results = 0, [], []
+    passes, unserved, rollout_metrics, rollout_results = 0, 0, [], []
     while len(pool.complete_groups()) < spec.train_prompts:
         rows = pool.pass_rows()
         trainer.rollout_passes += 1
@@ -43,13 +43,15 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
         td.set_round(2 * trainer.rollout_passes)  # rounds (and the pass's sampling seeds) follow the pass count
         td.clear()
         td.put_experience(pool.pass_inputs(rows), list(range(len(rows))))
-        td.set_queue_groups(*pool.pass_groups(rows))
+        td.set_queue_groups(*pool.pass_groups(rows), stop=pool.stop_rule(rows, spec) if spec.async_engine else None)
         metrics, results = trainer._run_stages(rollout, iteration=trainer.rollout_passes)
         rollout_metrics.append(metrics)
         rollout_results += results
-        made = td.get_rows(outputs, list(range(len(rows))))
-        pool.extend(rows, list(made["responses"]),
+        served = td.rows_with("responses")  # all of them, unless async_engine stopped the pass early
+        made = td.get_rows(outputs, served)
+        pool.extend([rows[i] for i in served], list(made["responses"]),
                     list(made[ROLLOUT_LOG_PROBS]) if ROLLOUT_LOG_PROBS in made else None, iteration)
+        unserved += len(rows) - len(served)
     columns, partial_metrics = pool.take(spec.train_prompts, iteration)
     if ROLLOUT_LOG_PROBS not in td.experience_columns:
         columns.pop(ROLLOUT_LOG_PROBS)
@@ -61,6 +63,8 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
     metrics.update(merge_rollout_metrics(rollout_metrics))
     metrics.update(partial_metrics)
     metrics["partial_rollout/passes"] = float(passes)
+    if spec.async_engine:
+        metrics["partial_rollout/rows_left_in_queue"] = float(unserved)
     return trainer._finish_step(iteration, metrics, sum_by_rank(rollout_results) + results, start)
 
 

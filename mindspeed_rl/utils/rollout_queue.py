@@ -19,6 +19,10 @@ Two ways to hand rows out:
   ``k`` consumers (it included) have not started, ``ceil(left / k)``, taken as every k-th of the top ``k * n``
   rows: the first wave is dealt round-robin, not the longest rows to the first to ask.
 
+A round may stop early (partial rollout's ``async_engine``; ``StopRule``): consumers report each finished row as
+complete or cut (a third progress field), and once ``need`` of the round's groups have every row complete the
+queue hands out only the rows that must still run (their last allowed pass); the rest are never served.
+
 A take is keyed by ``(consumer, seq)``: asking again with the same key returns the same rows. Tensor-parallel
 peers that must generate together (a TP-sharded model's generate is a collective) ask as one consumer and so
 get the same rows in the same order; a repeated request after a lost reply is answered, not served twice.
@@ -28,6 +32,18 @@ import math
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
+
+
+RUNNING, CUT, COMPLETE = 0, 1, 2  # a progress report's third field: the row's state
+
+
+class StopRule(NamedTuple):
+    """When a round stops handing out rows: once ``need`` groups have every row of theirs in the round complete.
+    ``sure[p]``: row p is complete whenever it finishes (its budget reaches its end); ``must[p]``: row p is still
+    handed out after the stop."""
+    need: int
+    sure: Sequence[bool]
+    must: Sequence[bool]
 
 
 class Take(list):
@@ -58,13 +74,14 @@ class RolloutQueue:
 
     def load(self, key, rows: int, consumers: int, chunk: Optional[int] = None, cap: Optional[int] = None,
              groups: Optional[Sequence[int]] = None, prior: Optional[Sequence[float]] = None,
-             first: Optional[int] = None) -> Dict[int, "Take"]:
+             first: Optional[int] = None, stop: Optional[StopRule] = None) -> Dict[int, "Take"]:
         """Start round ``key`` of ``rows`` rows (positions 0 .. rows-1) for ``consumers`` consumers; the last
         round is forgotten. ``chunk``: fixed chunks of that many rows; else continuous takes of at most ``cap``
         rows, longest expected first: ``groups[p]`` is position p's group (default: one group per row),
         ``prior[p]`` its group's expected length (NaN: unknown). With ``first`` (the engines' free slots at the
         start), every consumer's first take is answered now, in consumer order, and returned (each with the
-        rows left after them all): the engines start without asking."""
+        rows left after them all): the engines start without asking. ``stop``: the round may end before every
+        row is served (``StopRule``)."""
         _positive("rows", rows)
         _positive("consumers", consumers)
         _positive("chunk", chunk, optional=True)
@@ -92,6 +109,15 @@ class RolloutQueue:
             self._prior[self._group[known]] = prior[known]
         self._seen = np.full(seen_at.size, np.nan)      # longest length reported for a row of the group
         self._out = np.zeros(seen_at.size, dtype=bool)  # a row of the group was handed out
+        self._stop = None
+        if stop is not None:
+            sure, must = (np.asarray(v, dtype=bool).reshape(-1) for v in (stop.sure, stop.must))
+            if sure.size != rows or must.size != rows:
+                raise ValueError(f"rollout queue: the stop rule has {sure.size} / {must.size} entries for {rows} rows")
+            self._stop = stop._replace(sure=sure, must=must)
+            self._complete = np.zeros(rows, dtype=bool)
+            self._group_left = np.bincount(self._group, minlength=seen_at.size)  # rows not complete, per group
+            self.stopped = int(stop.need) <= 0
         return self._first_takes(first) if first is not None else {}
 
     def _first_takes(self, want: int) -> Dict[int, "Take"]:
@@ -120,9 +146,10 @@ class RolloutQueue:
             raise ValueError(f"rollout queue: consumer {consumer} asked for take {seq}, expected take "
                              f"{self._next.get(consumer, 0)}")
         self.report(progress)
-        if self.chunk is not None:
-            start = self.rows - self.left
-            rows = list(range(start, start + min(self.chunk, self.left)))
+        if self._stop is not None and self.stopped:
+            self._drop_optional()
+        if self.chunk is not None:  # the untaken rows in position order (consecutive unless a stop dropped some)
+            rows = sorted(p for members in self._members for p in members)[:self.chunk]
         else:
             # a first take shares what is left with the consumers that have not started (this one included)
             sharing = self.consumers - len(self._next) if consumer not in self._next else self.consumers
@@ -137,7 +164,8 @@ class RolloutQueue:
         """Evidence: row ``position`` has made ``tokens`` tokens (so far, or in all)."""
         if not progress:
             return
-        data = np.asarray(progress, dtype=np.float64).reshape(-1, 2)
+        width = len(progress[0])
+        data = np.asarray(progress, dtype=np.float64).reshape(-1, width)
         positions = data[:, 0].astype(np.int64)
         if positions.min() < 0 or positions.max() >= self.rows:
             bad = int(positions[(positions < 0) | (positions >= self.rows)][0])
@@ -146,6 +174,21 @@ class RolloutQueue:
         seen = np.where(np.isnan(self._seen), -np.inf, self._seen)
         np.maximum.at(seen, groups, data[:, 1])
         self._seen = np.where(np.isinf(seen), np.nan, seen)
+        if self._stop is not None and width > 2:
+            state = data[:, 2].astype(np.int64)
+            done = (state == COMPLETE) | ((state == CUT) & self._stop.sure[positions])
+            fresh = np.unique(positions[done & ~self._complete[positions]])
+            self._complete[fresh] = True
+            np.subtract.at(self._group_left, self._group[fresh], 1)
+            finished = int((self._group_left == 0).sum())
+            self.stopped = self.stopped or finished >= self._stop.need
+
+    def _drop_optional(self) -> None:
+        """After the stop: every untaken row that need not run leaves the queue (it is never served)."""
+        for g, members in enumerate(self._members):
+            kept = [p for p in members if self._stop.must[p]]
+            self.left -= len(members) - len(kept)
+            self._members[g] = kept
 
     def expected(self) -> np.ndarray:
         """Each group's expected length: the longest seen, else its prior, else the mean of the known ones."""

@@ -3,6 +3,7 @@ iterations, the correction's metrics, and a resume in the middle of carried rows
 import os
 import sys
 
+import pytest
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -18,15 +19,24 @@ def _numbers(history):
     return [{k: m.get(k) for k in KEYS} for m in history]
 
 
-def test_resume_in_the_middle_of_carried_rows_equals_the_straight_run(tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_resume_in_the_middle_of_carried_rows_equals_the_straight_run(tmp_path, mode):
     tiny = str(tmp_path / "tiny")
     save = str(tmp_path / "ckpt")
-    overrides = ["rl_config.partial_rollout_max_split=3", "megatron_training.train_iters=4",
+    # async: takes of 2 rows, so that rows are still queued when enough prompts are complete
+    extra = ["rl_config.async_engine=true", "rl_config.actor_rollout_dispatch_size=2"] if mode == "async" else []
+    # a random tiny model rarely ends early: 24 tokens in passes of 5 leave rows cut in the middle at a save
+    overrides = extra + ["rl_config.partial_rollout_max_split=5", "rl_config.n_samples_per_prompt=2",
+                 "generate_config.sampling_config.max_tokens=24", "megatron_training.train_iters=4",
                  f"megatron_training.save={save}", "megatron_training.save_interval=1"]
     straight = run(CONFIG, overrides, str(tmp_path / "a"), tiny)
     # rows really were carried: some trained tokens were sampled an iteration earlier, under older weights
     assert any(m["partial_rollout/continued_tokens"] > 0 for m in straight)
     assert any(m["rollout_corr/rollout_is_max"] != 1.0 for m in straight)
+    if mode == "async":  # some passes stopped with rows still in the queue
+        assert any(m["partial_rollout/rows_left_in_queue"] > 0 for m in straight)
+    else:
+        assert all("partial_rollout/rows_left_in_queue" not in m for m in straight)
     # find a checkpoint whose pool holds a row that is cut in the middle (some tokens, not complete)
     middle = None
     for it in (1, 2, 3):

@@ -6,8 +6,18 @@ from typing import Callable, List, Optional
 import numpy as np
 from torch import Tensor
 
+from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT
+
 # partial rollout: the rollout input column of each row's new-token budget for this pass
 ROLLOUT_BUDGET = "rollout_budget"
+
+
+def row_state(response: Tensor, budget: Optional[int], eos_id: Optional[int]) -> int:
+    """A finished row's state for the rollout queue: complete when it ended (EOS, or fewer tokens than its
+    budget), else cut at its budget (None: max_tokens, where only EOS tells)."""
+    ended = (budget is not None and response.numel() < budget) or (eos_id is not None and response.numel() > 0
+                                          and int(response[-1]) == int(eos_id))
+    return COMPLETE if ended else CUT
 
 
 @dataclass
@@ -49,16 +59,23 @@ class RolloutBackend:
         take of ``chunk`` rows; row r samples with ``seed_of(r)``."""
         out = Served(log_probs=None)
         begin = clock()
+        finished: List[tuple] = []  # (position, length, state) of the last chunk: a stoppable round counts them
+
+        def progress():
+            return list(finished)
+
         while True:
-            source.request(chunk)
+            source.request(chunk, progress)
             got = source.poll(block=True)
             if not got:
                 break
             prompts = got.inputs["prompts"]
             start = clock()
             budgets = got.inputs.get(ROLLOUT_BUDGET)
-            result = self.generate(prompts, sampling, [seed_of(r) for r in got.ids], eos_id, pad_id,
-                                   [int(b) for b in budgets] if budgets is not None else None)
+            budgets = [int(b) for b in budgets] if budgets is not None else None
+            result = self.generate(prompts, sampling, [seed_of(r) for r in got.ids], eos_id, pad_id, budgets)
+            finished = [(p, r.numel(), row_state(r, b, eos_id))
+                        for p, r, b in zip(got.positions, result.responses, budgets or [None] * len(prompts))]
             seconds = clock() - start
             longest = max((r.numel() for r in result.responses), default=0)
             out.trace.append((longest, len(prompts), len(prompts) * max(p.numel() for p in prompts), seconds))

@@ -16,6 +16,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from mindspeed_rl.models.rollout.base import ROLLOUT_BUDGET, RolloutBackend, RolloutResult, Served
+from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT, RUNNING
 from mindspeed_rl.utils.token_ids import token_ids
 
 _MIB = 2 ** 20
@@ -157,12 +158,13 @@ class VLLMRollout(RolloutBackend):
         self.prepare()
         engine, cap = self.llm.llm_engine, self.settings.max_num_seqs
         out = Served(log_probs=[] if self.settings.returns_log_probs else None)
-        live: Dict[str, list] = {}  # request id -> [row, position, admitted at (s), admitted at (step), prompt tokens]
-        finished: List[Tuple[int, int]] = []  # (position, length) since the last take went out
+        # request id -> [row, position, admitted at (s), admitted at (step), prompt tokens, token budget]
+        live: Dict[str, list] = {}
+        finished: List[Tuple[int, int, int]] = []  # (position, length, state) since the last take went out
         prefill, steps, begin = 0, 0, clock()
 
         def progress():
-            report = [(v[1], steps - v[3]) for v in live.values()] + finished
+            report = [(v[1], steps - v[3], RUNNING) for v in live.values()] + finished
             finished.clear()
             return report
 
@@ -177,7 +179,7 @@ class VLLMRollout(RolloutBackend):
                     rid = f"row{row}"
                     engine.add_request(rid, {"prompt_token_ids": prompt.reshape(-1).tolist()},
                                        self._params(sampling, seed_of(row), eos_id, budget))
-                    live[rid] = [row, position, now, steps, prompt.numel()]
+                    live[rid] = [row, position, now, steps, prompt.numel(), budget]
                     prefill += prompt.numel()
             if not live:
                 if source.drained:
@@ -190,9 +192,12 @@ class VLLMRollout(RolloutBackend):
             out.trace.append((1, count, prefill, end - start))
             prefill = 0
             for output in done:
-                row, position, admitted, _, prompt_length = live.pop(output.request_id)
+                row, position, admitted, _, prompt_length, budget = live.pop(output.request_id)
                 response, log_probs = self._response(output)
-                finished.append((position, response.numel()))
+                # complete: stopped at EOS, or short of its pass budget; cut: the budget ran out
+                ended = output.outputs[0].finish_reason == "stop" or (budget is not None and
+                                                                      response.numel() < int(budget))
+                finished.append((position, response.numel(), COMPLETE if ended else CUT))
                 out.rows.append(row)
                 out.prompt_lengths.append(prompt_length)
                 out.responses.append(response)

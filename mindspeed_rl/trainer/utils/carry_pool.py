@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from mindspeed_rl.config_cls.stages import ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
+from mindspeed_rl.utils.rollout_queue import StopRule
 from mindspeed_rl.utils.token_ids import TOKEN_DTYPE
 
 
@@ -79,6 +80,15 @@ class CarryPool:
             prior[g] = max(prior[g], self.max_tokens + made if made else 0.0)
             out.append(g)
         return out, [prior[g] for g in out]
+
+    def stop_rule(self, indexes: Sequence[int], spec) -> StopRule:
+        """async_engine: the pass over ``indexes`` stops handing out rows once ``spec.train_prompts`` groups of
+        the pool are complete; a row whose budget reaches max_tokens is complete when it finishes; rows in their
+        last allowed pass still run when ``spec.max_age_finished``."""
+        need = spec.train_prompts - len(self.complete_groups())
+        sure = [self.budget(i) + self.rows[i]["tokens"].numel() >= self.max_tokens for i in indexes]
+        must = [spec.max_age_finished and self.rows[i]["passes"] >= spec.max_split - 1 for i in indexes]
+        return StopRule(need, sure, must)
 
     def extend(self, indexes: Sequence[int], responses: Sequence[torch.Tensor],
                log_probs: Optional[Sequence[torch.Tensor]], iteration: int) -> None:

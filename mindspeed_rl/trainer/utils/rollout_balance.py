@@ -67,13 +67,20 @@ def queue_figures(name: str, order: Sequence[int], prompt_lengths, response_leng
 def rollout_figures(dock, stage, queued, traces: Sequence[dict]) -> Tuple[Dict[str, float], dict]:
     """``queue_figures`` of the dock's round ``queued`` (a QueueRound, after the rollout's put): its lengths,
     the run plan's queue settings and the static split the dock's planner draws for this round."""
-    plan, order = dock.run_plan, queued.order
+    plan = dock.run_plan
+    served = {int(r) for t in traces for r in t["rows"]}
+    # a round that stopped early (async_engine) is replayed on the rows it served
+    kept = [i for i, r in enumerate(queued.order) if r in served]
+    order = [queued.order[i] for i in kept]
+    groups = [queued.groups[i] for i in kept] if queued.groups is not None else None
+    prior = [queued.prior[i] for i in kept] if queued.prior is not None else None
     chunk, take_cap = plan.rollout_takes(stage)
     n = len(order)
     consumers = plan.rollout_consumers
     n_shares = max(1, n // stage.rows_per_share)
-    split = [np.asarray(order)[s] for s in dock.planner.random_split(n, n_shares)]
-    prompt = dock.experience_lengths["prompt_length"][:n].numpy()
-    response = dock.experience_lengths["response_length"][:n].numpy()
-    return queue_figures(stage.name, order, prompt, response, traces, consumers, chunk, take_cap,
-                         plan.worker.rollout.max_num_seqs, split, queued.groups, queued.prior)
+    # the replay indexes rows 0 .. n-1: the served rows' lengths in queue order
+    split = [np.asarray(s) for s in dock.planner.random_split(n, n_shares)]
+    prompt = dock.experience_lengths["prompt_length"][order].numpy()
+    response = dock.experience_lengths["response_length"][order].numpy()
+    return queue_figures(stage.name, list(range(n)), prompt, response, traces, consumers, chunk, take_cap,
+                         plan.worker.rollout.max_num_seqs, split, groups, prior)

@@ -25,7 +25,7 @@ from mindspeed_rl.trainer.utils.balance_plan import BalancePlanner
 from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, FlatRows, LengthStore
 from mindspeed_rl.trainer.utils.row_lists import column_parts, trans_input_to_experience  # noqa: F401  (upstream's name)
 from mindspeed_rl.utils.metrics import Metric
-from mindspeed_rl.utils.rollout_queue import PromptLengths
+from mindspeed_rl.utils.rollout_queue import PromptLengths, StopRule
 
 if TYPE_CHECKING:
     from mindspeed_rl.trainer.stage_runner import StageGroup
@@ -42,6 +42,7 @@ class QueueRound(NamedTuple):
     batch: ColumnBatch    # their inputs, in that order
     groups: List[int]     # each row's GRPO group
     prior: List[float]    # its group's expected response length (NaN: unknown)
+    stop: Optional[StopRule] = None  # the round may end before every row is served (partial rollout's async_engine)
 
 
 def group_rows(groups, n: int) -> Tensor:
@@ -257,6 +258,11 @@ class DriverDock:
         self._stage_plans[name] = plan
         return plan
 
+    def rows_with(self, column: str) -> List[int]:
+        """The rows of this round that hold ``column`` (e.g. the rows a stopped rollout served)."""
+        self._check_columns([column], "rows_with")
+        return torch.nonzero(self.experience_data_status[column] == 1).reshape(-1).tolist()
+
     def round_rows(self) -> int:
         """Rows of this round (rows 0 .. n-1)."""
         return self._round_rows()
@@ -308,10 +314,10 @@ class DriverDock:
         order = torch.arange(self._round_rows())
         self._require(list(dict.fromkeys(stage.inputs + stage.cost_columns)), order, f"stage '{stage.name}'")
         if self._queue_groups is not None:  # a round of rows that are not whole groups (partial rollout)
-            groups, prior = self._queue_groups
+            groups, prior, stop = self._queue_groups
             if len(groups) != order.numel():
                 raise ValueError(f"queue_round: {len(groups)} queue groups for a round of {order.numel()} rows")
-            return QueueRound(order.tolist(), self._gather(group.inputs, order), list(groups), list(prior))
+            return QueueRound(order.tolist(), self._gather(group.inputs, order), list(groups), list(prior), stop)
         n = self.n_samples_per_prompt
         firsts = order[::n]
         prior = self.prompt_lengths.expect(self.experience_data["prompts"].views(firsts))
@@ -319,15 +325,16 @@ class DriverDock:
         return QueueRound(order.tolist(), self._gather(group.inputs, order), groups.tolist(),
                           prior[groups.numpy()].tolist())
 
-    def set_queue_groups(self, groups: Sequence[int], prior: Sequence[float]) -> None:
+    def set_queue_groups(self, groups: Sequence[int], prior: Sequence[float], stop: Optional[StopRule] = None):
         """This round's rows by queue group, and each row's group's expected length (instead of whole GRPO
-        groups of consecutive rows and the prompts' earlier lengths); the next round forgets them."""
-        self._queue_groups = (list(groups), list(prior))
+        groups of consecutive rows and the prompts' earlier lengths); ``stop``: the round may end before every
+        row is served (its put then covers the rows served). The next round forgets them."""
+        self._queue_groups = (list(groups), list(prior), stop)
 
     def put_queued(self, group: "StageGroup", order: Sequence[int], made: Sequence[Tuple[Sequence[int], object]]):
         """Write what the consumers of a queued stage made: ``made[k]`` = (row ids, output columns in that
-        order) of consumer k. Together the rows must be ``order`` exactly once each; every check runs before
-        anything is written."""
+        order) of consumer k. Together the rows must be ``order`` exactly once each (of a round that may stop
+        early, at most once each); every check runs before anything is written."""
         name = f"put_queued({group.name!r})"
         none = torch.zeros(0, dtype=torch.int64)
         rows = [torch.as_tensor(list(r), dtype=torch.int64) for r, _ in made]
@@ -340,6 +347,9 @@ class DriverDock:
             raise ValueError(f"{name}: row {int(ranked[i])} was made by consumers {int(owner[index[i]])} and "
                              f"{int(owner[index[i + 1]])}")
         want = torch.as_tensor(list(order), dtype=torch.int64).sort().values
+        stoppable = self._queue_groups is not None and self._queue_groups[2] is not None
+        if stoppable and bool(torch.isin(ranked, want).all()):
+            want = ranked  # a stopped round: the rows it served
         if not torch.equal(ranked, want):
             missing = want[~torch.isin(want, ranked)].tolist()
             extra = ranked[~torch.isin(ranked, want)].tolist()

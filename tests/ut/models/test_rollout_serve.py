@@ -10,7 +10,7 @@ import torch
 from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
 from mindspeed_rl.models.rollout.base import RolloutBackend, RolloutResult
 from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
-from mindspeed_rl.utils.rollout_queue import LocalSource, RolloutQueue
+from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT, RUNNING, LocalSource, RolloutQueue, StopRule
 
 LENGTHS = [5, 1, 3, 8, 2, 2, 6, 1, 4, 7]  # response tokens of row r (the stand-ins read it from the seed)
 
@@ -37,7 +37,7 @@ class StandInEngine:
             entry[1].append(7)
             if len(entry[1]) == entry[0]:
                 del self.live[rid]
-                out = SimpleNamespace(token_ids=list(entry[1]),
+                out = SimpleNamespace(token_ids=list(entry[1]), finish_reason="stop",
                                       logprobs=[{7: SimpleNamespace(logprob=-0.25)} for _ in entry[1]])
                 done.append(SimpleNamespace(request_id=rid, finished=True, outputs=[out]))
         return done
@@ -103,14 +103,14 @@ def test_vllm_reports_its_rows_progress_with_each_take():
     served = rollout.serve(source, None, lambda row: seed_of(row - 100), None, None, 4)
     running = finished = 0
     for report, made in source.reports:
-        for position, tokens in report:
+        for position, tokens, state in report:
             if position in made:  # a running row: the tokens it has made so far
-                assert tokens == made[position]
+                assert tokens == made[position] and state == RUNNING
                 running += 1
-            else:  # a row that finished since the last take: its length
-                assert tokens == LENGTHS[position]
+            else:  # a row that finished since the last take: its length; it stopped by itself (EOS)
+                assert tokens == LENGTHS[position] and state == COMPLETE
                 finished += 1
-        assert set(made) <= {p for p, _ in report}  # every running row is reported
+        assert set(made) <= {p for p, _, _ in report}  # every running row is reported
     assert running > 0 and finished > 0 and sorted(served.rows) == list(range(100, 110))
 
 

@@ -284,7 +284,7 @@ class Engine:
                 ids = list(entry[1])
                 logprobs = [{t: SimpleNamespace(logprob=-t / 100)} for t in ids]
                 done.append(SimpleNamespace(request_id=rid, finished=True,
-                                            outputs=[SimpleNamespace(token_ids=ids, logprobs=logprobs)]))
+                                            outputs=[SimpleNamespace(token_ids=ids, logprobs=logprobs, finish_reason="stop")]))
         # a request that is still running is reported too, unfinished
         return done + [SimpleNamespace(request_id=r, finished=False) for r in self.live]
 
