@@ -14,16 +14,14 @@ count is left (sizes differ by at most one row), with the same number of shares.
 """
 import time
 from collections import defaultdict
-from typing import Dict, List
+from typing import Dict
 
 import torch
 
 from mindspeed_rl.config_cls.stages import FILTER_METRIC
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
+from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics, sum_by_rank  # noqa: F401  (their home)
 from mindspeed_rl.trainer.utils.transfer_dock import group_rows
-
-# per-rank keys that add up over the rollout batches of one iteration
-_ADDITIVE = ("timing/", "tokens/", "load/")
 
 
 def kept_groups(metric: torch.Tensor, n_samples: int) -> torch.Tensor:
@@ -33,26 +31,6 @@ def kept_groups(metric: torch.Tensor, n_samples: int) -> torch.Tensor:
     if n_samples == 1:
         return torch.arange(groups.shape[0])
     return torch.nonzero(groups.max(dim=1).values != groups.min(dim=1).values).reshape(-1)
-
-
-def merge_rollout_metrics(parts: List[Dict[str, float]]) -> Dict[str, float]:
-    """Metrics of several rollout batches as one: max of */max, min of */min, else the mean."""
-    out = {}
-    for key in {k for p in parts for k in p}:
-        values = [p[key] for p in parts if key in p]
-        out[key] = max(values) if key.endswith("/max") else min(values) if key.endswith("/min") \
-            else sum(values) / len(values)
-    return out
-
-
-def sum_by_rank(results: List[Dict[str, float]]) -> List[Dict[str, float]]:
-    """One metrics dict per rank: stage times, tokens and loads summed over the batches."""
-    by_rank: Dict[float, Dict[str, float]] = {}
-    for r in results:
-        mine = by_rank.setdefault(r["rank"], {})
-        for key, value in r.items():
-            mine[key] = mine.get(key, 0.0) + value if key.startswith(_ADDITIVE) else value
-    return list(by_rank.values())
 
 
 class RayDAPOTrainer(RayGRPOTrainer):

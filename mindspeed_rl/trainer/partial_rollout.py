@@ -12,6 +12,7 @@ from typing import Dict
 import torch
 
 from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS
+from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics, sum_by_rank
 from mindspeed_rl.trainer.utils.carry_pool import CarryPool
 from mindspeed_rl.utils.error_cause import named_failure
 
@@ -24,7 +25,6 @@ def make_pool(plan, eos_id, extra_columns) -> CarryPool:
 
 
 def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
-    from mindspeed_rl.trainer.dapo_trainer_hybrid import merge_rollout_metrics, sum_by_rank
     plan, pool, td = trainer.run_plan, trainer.carry_pool, trainer.transfer_dock
     spec = plan.partial
     start = time.perf_counter()

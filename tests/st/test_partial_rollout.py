@@ -48,3 +48,18 @@ def test_resume_in_the_middle_of_carried_rows_equals_the_straight_run(tmp_path, 
     resumed = run(CONFIG, overrides + [f"megatron_training.load={save}/iter_{middle:07d}",
                                        f"megatron_training.save={tmp_path}/ckpt_b"], str(tmp_path / "b"), tiny)
     assert _numbers(resumed) == _numbers(straight[middle:])
+
+
+def test_ppo_and_dapo_train_on_carried_rows_with_the_correction(tmp_path):
+    tiny = str(tmp_path / "tiny")
+    ppo = os.path.join(os.path.dirname(CONFIG), "ppo_tiny_cpu.yaml")
+    for name, config, extra in (("ppo", ppo, []), ("dapo", CONFIG, ["megatron_training.stage=ray_dapo",
+                                                                      "rl_config.clip_higher_enable=true",
+                                                                      "rl_config.clip_ratio_high=0.28"])):
+        history = run(config, extra + ["rl_config.partial_rollout_max_split=2", "megatron_training.train_iters=2"],
+                      str(tmp_path / name), tiny)
+        # iteration 2 trains the groups completed in iteration 1, under weights updated since: weights != 1
+        assert history[1]["partial_rollout/passes"] == 0 and history[1]["partial_rollout/token_age_max"] == 1
+        assert history[1]["rollout_corr/rollout_is_max"] != 1.0, name
+        if name == "ppo":
+            assert all(abs(m["critic/vf_loss"]) < 1e3 for m in history)
