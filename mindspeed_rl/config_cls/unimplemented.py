@@ -186,9 +186,9 @@ KEYS: List[Key] = [
     Key("generate_config", "enable_expert_parallel", WARN, _VLLM),
     Key("generate_config", "expert_map_path", WARN, _VLLM),
     Key("generate_config", "ascend_scheduler_config_enabled", WARN, _VLLM),
-    Key("sampling_config", "logprobs", WARN, "rollout_backend=hf returns tokens only (with vLLM, the sampled "
-        "tokens' log-probs give actor/rollout_log_prob_*); the trainer recomputes log-probs",
-        applies=_hf),
+    Key("sampling_config", "logprobs", WARN, "rollout_backend=hf returns the sampled tokens' log-probs only for "
+        "rollout correction and partial rollout (with vLLM always: actor/rollout_log_prob_*); the trainer recomputes "
+        "log-probs", applies=_hf),
     Key("sampling_config", "detokenize", WARN, "rollout returns token ids only"),
 ]
 

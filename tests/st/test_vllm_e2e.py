@@ -114,3 +114,18 @@ def test_worker_killed_while_vllm_generates_is_named_in_one_line(tmp_path):
     with open(tmp_path / "out" / "metrics.jsonl") as f:
         first = next(r for r in map(json.loads, f) if r.get("iteration") == 1)
     assert 0 <= first["actor/rollout_log_prob_abs_diff"] < 1e-3
+
+
+def test_partial_rollout_on_vllm_continues_rows_with_their_log_probs(tmp_path):
+    """Rows cut after 5 tokens continue on whichever engine takes them; a continued row's log-probs (its earlier
+    passes' and its later ones') are the trainer's own for the same weights: every row made within one iteration
+    has IS weight 1 (float32 on both sides); rows sampled an iteration before training have weights off 1."""
+    history = run(CONFIG, VLLM + ["rl_config.partial_rollout_max_split=5", "rl_config.n_samples_per_prompt=2",
+                                  "generate_config.sampling_config.max_tokens=24", "megatron_training.train_iters=2"],
+                  str(tmp_path / "a"), str(tmp_path / "model"))
+    first, second = history
+    assert first["partial_rollout/passes"] > 1 and first["partial_rollout/continued_rows"] > 0
+    assert first["partial_rollout/token_age_max"] == 0
+    assert abs(first["rollout_corr/rollout_is_max"] - 1) < 1e-3 and abs(first["rollout_corr/rollout_is_min"] - 1) < 1e-3
+    assert first["actor/rollout_log_prob_abs_diff"] < 1e-3
+    assert second["partial_rollout/token_age_max"] == 1 and second["rollout_corr/rollout_is_max"] > 1.01
