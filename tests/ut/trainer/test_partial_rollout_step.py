@@ -1,0 +1,138 @@
+"""Partial rollout's iteration over a stand-in engine (no Ray): the pool's top-up, the passes until enough prompts
+are complete, the rows a stopped pass did not serve, the train round's columns, and the pool in checkpoints."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
+from mindspeed_rl.trainer import partial_rollout
+from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
+from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+
+TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
+EOS = 0
+
+
+class Trainer:
+    """The trainer's attributes the partial step uses; the rollout stage is a stand-in engine whose row with
+    prompt [L, ...] makes tokens L, L, ... and ends (EOS) at L tokens; the train stages record their round."""
+    _took_batch = RayGRPOTrainer._took_batch
+
+    def __init__(self, *overrides, serve=None):
+        self.run_plan = build_configs(load_config(TINY, ["rl_config.partial_rollout_max_split=3", *overrides])).plan
+        plan = self.run_plan
+        self.transfer_dock = DriverDock(plan.dock_prompts, plan.n_samples, addition_columns=["labels"],
+                                        run_plan=plan)
+        self.carry_pool = partial_rollout.make_pool(plan, EOS, ["labels"])
+        self.rollout_passes, self.data_position = 0, None
+        self.serve = serve  # rows of a pass to serve (default: all)
+        self.passes, self.trained = [], []
+        self._data = iter(self._batches())
+
+    @staticmethod
+    def _batches():
+        k = 0
+        while True:
+            lengths = [(k * 8 + i) % 12 + 3 for i in range(8)]  # natural lengths 3..14 (10 is max_tokens)
+            yield {"prompts": [torch.tensor([L, 20 + k], dtype=torch.int32) for L in lengths],
+                   "labels": [torch.tensor([L]) for L in lengths]}
+            k += 1
+
+    def _checked(self, batch):
+        return batch
+
+    def _run_stages(self, stages, iteration):
+        td = self.transfer_dock
+        rows = list(range(td.round_rows()))
+        if stages[0].name != ROLLOUT.name:
+            self.trained.append(td.get_rows(["prompts", "responses", "response_length", "labels",
+                                             ROLLOUT_LOG_PROBS], rows))
+            return {"train": 1.0}, []
+        got = td.get_rows(["prompts", ROLLOUT_BUDGET], rows)
+        served = self.serve(rows) if self.serve else rows
+        self.passes.append((iteration, len(rows), len(served)))
+        responses, log_probs = [], []
+        for r in served:
+            prompt, budget = got["prompts"][r], int(got[ROLLOUT_BUDGET][r])
+            natural, made = int(prompt[0]), prompt.numel() - 2
+            n = min(budget, natural - made)
+            tokens = torch.full((n,), natural, dtype=torch.int32)
+            if made + n == natural:
+                tokens[-1] = EOS
+            responses.append(tokens)
+            log_probs.append(torch.full((n,), -0.01 * iteration))
+        if served:
+            td.put_experience({"responses": responses, "response_length": torch.tensor([t.numel() for t in responses]),
+                               ROLLOUT_LOG_PROBS: log_probs}, served)
+        return {"rollout": 1.0}, [{"rank": 0.0, "timing/actor_rollout": 1.0}]
+
+    def _finish_step(self, iteration, metrics, results, start):
+        return dict(metrics, ranks=len(results))
+
+
+def test_an_iteration_tops_up_the_pool_runs_passes_and_trains_complete_groups():
+    t = Trainer()
+    metrics = partial_rollout.step(t, 1, next(t._data))
+    assert t.data_position == 2  # the first batch and one more: the pool holds 2 x 8 prompts
+    # passes of 4 tokens until 8 prompts have all 4 samples complete: lengths <= 4 after one, <= 8 after two
+    assert [p[0] for p in t.passes] == [1, 2] and t.passes[0][1] == 64 and metrics["partial_rollout/passes"] == 2
+    train = t.trained[0]
+    assert len(train["prompts"]) == 32
+    for prompt, response, length, label, lp in zip(train["prompts"], train["responses"], train["response_length"],
+                                                    train["labels"], train[ROLLOUT_LOG_PROBS]):
+        natural = int(prompt[0])
+        assert prompt.numel() == 2 and int(label) == natural  # the original prompt, not its continuation
+        assert response.numel() == int(length) == natural <= 8  # complete after two passes of 4
+        assert int(response[-1]) == EOS and (response[:-1] == natural).all()
+        # each token's log-prob as its pass made it
+        assert lp.tolist() == pytest.approx([-0.01 * (1 + t_ // 4) for t_ in range(natural)])
+    # the oldest complete groups train: the first batch's 6 prompts of lengths 3..8, the second's 3 and 4
+    got = sorted((int(p[1]), int(p[0])) for p in train["prompts"][::4])
+    assert got == [(20, L) for L in range(3, 9)] + [(21, 3), (21, 4)]
+    assert metrics["partial_rollout/continued_rows"] == sum(int(L) > 4 for L in train["labels"])
+    assert metrics["partial_rollout/carried_rows"] > 0  # rows longer than 8 wait for a third pass
+
+
+def test_the_next_iteration_continues_the_carried_rows_first_and_rows_complete_within_n_passes():
+    t = Trainer()
+    for it in range(1, 5):
+        partial_rollout.step(t, it, next(t._data))
+        t._data = t._data  # the same iterator: the step takes more only while a batch fits the pool
+    for train in t.trained:
+        for prompt, response in zip(train["prompts"], train["responses"]):
+            assert response.numel() == min(int(prompt[0]), 10)  # complete: its end, or max_tokens
+    assert max(r["passes"] for r in t.carry_pool.rows) <= 3
+    assert all(len(train["prompts"]) == 32 for train in t.trained)
+
+
+def test_a_stopped_pass_extends_only_the_rows_it_served():
+    t = Trainer("rl_config.async_engine=true", serve=lambda rows: rows[: len(rows) // 2])
+    before = [r["tokens"].numel() for r in t.carry_pool.rows]
+    assert before == []
+    partial_rollout.step(t, 1, next(t._data))
+    assert all(served == total // 2 for _, total, served in t.passes)
+    assert len(t.trained[0]["prompts"]) == 32
+    # each served row got its own tokens; unserved rows made nothing in that pass
+    for prompt, response in zip(t.trained[0]["prompts"], t.trained[0]["responses"]):
+        assert response.numel() == min(int(prompt[0]), 10) and (response[:-1] == int(prompt[0])).all()
+    for row in t.carry_pool.rows:
+        assert row["tokens"].numel() <= 4 * row["passes"] and (row["passes"] == 0) == (row["tokens"].numel() == 0)
+    assert any(row["passes"] == 0 for row in t.carry_pool.rows)  # some rows were never served yet
+
+
+def test_the_pool_goes_into_the_checkpoint_and_comes_back(tmp_path):
+    t = Trainer()
+    partial_rollout.step(t, 1, next(t._data))
+    partial_rollout.save_pool(t, str(tmp_path))
+    again = Trainer()
+    assert partial_rollout.load_pool(again, str(tmp_path)) == len(t.carry_pool.rows) > 0
+    assert again.rollout_passes == t.rollout_passes == 2
+    for a, b in zip(again.carry_pool.rows, t.carry_pool.rows):
+        assert torch.equal(a["tokens"], b["tokens"]) and a["passes"] == b["passes"] and a["done"] == b["done"]
+    assert partial_rollout.load_pool(Trainer(), str(tmp_path / "none")) == 0  # saved without partial rollout
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / partial_rollout.POOL_FILE).write_bytes(b"not a pool")
+    with pytest.raises(ValueError, match="cannot read .*carry_pool.pt"):
+        partial_rollout.load_pool(Trainer(), str(tmp_path / "bad"))
