@@ -10,7 +10,8 @@ that reached L gets the EOS id (out of the vocabulary, never sampled) as its las
 ``CarryPool.extend``, which then marks it complete as a real EOS would.
 
 Ways, each over ``--iters`` iterations after one warm-up iteration (not counted), on the same stream of prompt
-batches (batch b of a repeat is the same draw for every way):
+batches (batch b of a repeat is the same draw for every way), taking turns an iteration each (the order rotating)
+so that a load changing over time hits every way alike:
 - plain: every iteration rolls batch i's rows out to their end (one queue round, budget L per row);
 - partial N (partial_rollout_max_split = N): the trainer's loop (trainer/partial_rollout.py) around CarryPool:
   top the pool up while a whole batch fits (up to 2 x global_batch_size prompts), passes over the incomplete
@@ -166,7 +167,8 @@ def new_record():
             "continued": [], "age": [], "rows": []}
 
 
-def run_plain(h: Harness, stream, iters: int, seed: int) -> dict:
+def run_plain(h: Harness, stream, iters: int, seed: int):
+    """Yields its record after every iteration (the warm-up one included)."""
     rec = new_record()
     for it in range(iters + 1):
         prompts, lengths = next(stream)
@@ -177,22 +179,21 @@ def run_plain(h: Harness, stream, iters: int, seed: int) -> dict:
         wall, busy, made, steps = h.run_pass(rows, budgets, seeds, groups)
         if [len(m) for m in made] != budgets:
             raise RuntimeError("plain: a row's response length differs from its budget")
-        if it == 0:
-            continue  # warm-up iteration
-        rec["rollout_s"].append(wall)
-        rec["busy_s"].append(busy)
-        rec["passes"].append(1)
-        rec["steps"].append(steps)
-        rec["tokens"].append(int(sum(budgets)))
-        rec["prefill"].append(int(sum(len(p) for p in rows)))
-        rec["continued"].append(0.0)
-        rec["age"].append(0.0)
-        rec["rows"].append(len(rows))
-    return rec
+        if it > 0:  # after the warm-up iteration
+            rec["rollout_s"].append(wall)
+            rec["busy_s"].append(busy)
+            rec["passes"].append(1)
+            rec["steps"].append(steps)
+            rec["tokens"].append(int(sum(budgets)))
+            rec["prefill"].append(int(sum(len(p) for p in rows)))
+            rec["continued"].append(0.0)
+            rec["age"].append(0.0)
+            rec["rows"].append(len(rows))
+        yield rec
 
 
-def run_partial(h: Harness, stream, iters: int, split: int, prompts_per_iter: int, seed: int) -> dict:
-    """The trainer's loop (trainer/partial_rollout.py step) around CarryPool, with the engines' EOS emulated."""
+def run_partial(h: Harness, stream, iters: int, split: int, prompts_per_iter: int, seed: int):
+    """Yields its record after every iteration (the warm-up one included). The trainer's loop (trainer/partial_rollout.py step) around CarryPool, with the engines' EOS emulated."""
     import torch
     from mindspeed_rl.config_cls.partial_rollout import PartialSpec
     from mindspeed_rl.models.rollout.base import ROLLOUT_BUDGET
@@ -251,21 +252,19 @@ def run_partial(h: Harness, stream, iters: int, split: int, prompts_per_iter: in
             tokens += sum(budgets)
             prefill += sum(len(p) for p in prompts)
         columns, metrics = pool.take(spec.train_prompts, it)
-        lens = columns["response_length"]
-        if it == 0:
-            continue  # warm-up iteration (the pool fills from empty)
-        n_rows = len(columns["prompts"])
-        rec["rollout_s"].append(wall_sum)
-        rec["busy_s"].append(busy_sum)
-        rec["passes"].append(passes)
-        rec["steps"].append(steps)
-        rec["tokens"].append(tokens)
-        rec["prefill"].append(prefill)
-        rec["continued"].append(metrics["partial_rollout/continued_rows"] / n_rows)
-        rec["age"].append(metrics["partial_rollout/token_age_mean"])
-        rec["rows"].append(n_rows)
-        rec.setdefault("trained_tokens", []).append(int(lens.sum()))
-    return rec
+        if it > 0:  # after the warm-up iteration (the pool fills from empty)
+            n_rows = len(columns["prompts"])
+            rec["rollout_s"].append(wall_sum)
+            rec["busy_s"].append(busy_sum)
+            rec["passes"].append(passes)
+            rec["steps"].append(steps)
+            rec["tokens"].append(tokens)
+            rec["prefill"].append(prefill)
+            rec["continued"].append(metrics["partial_rollout/continued_rows"] / n_rows)
+            rec["age"].append(metrics["partial_rollout/token_age_mean"])
+            rec["rows"].append(n_rows)
+            rec.setdefault("trained_tokens", []).append(int(columns["response_length"].sum()))
+        yield rec
 
 
 # ---------------------------------------------------------------- report
@@ -374,8 +373,9 @@ def notes(res: dict) -> list:
                       "The engines are tail-bound: most steps run far fewer rows than the engine holds, and a step's "
                       "fixed cost (bench_rollout_balance fits ~2.5 ms per step against ~0.2 ms per row for this "
                       "model) is paid whatever few rows it runs; passes of at most ceil(max_tokens / N) tokens cut the "
-                      "steps per iteration (the engine-steps column) and the carried rows' re-prefill costs less "
-                      "than the steps saved.")
+                      "steps per iteration (the engine-steps column), while the carried rows' re-prefill (the "
+                      "prompt-token column, growing with N) and every row's per-token cost stay: the gain is the "
+                      "step cost saved less the prefill added.")
                    + (f" {zero} measured partial iteration(s) ran no pass: the pool already held enough complete "
                       f"groups." if zero else ""))
     if len(res["caps"]) > 1:
@@ -457,14 +457,17 @@ def main() -> int:
                 h.run_pass(warm, [8] * 16, list(range(16)), list(range(16)))
                 reps = []
                 for rep in range(repeats):
+                    ways = ways_of(splits)
+                    runs = {way: run_plain(h, batch_stream(rep, vocab, prompts), iters, rep) if way == "plain" else
+                            run_partial(h, batch_stream(rep, vocab, prompts), iters, int(way.split("=")[1]), prompts,
+                                        rep) for way in ways}
+                    recs = {}
+                    for it in range(iters + 1):  # the ways take turns, an iteration each (a load that changes
+                        for way in ways[it % len(ways):] + ways[:it % len(ways)]:  # over time hits them alike)
+                            recs[way] = next(runs[way])
                     row = {}
-                    for way in ways_of(splits):
-                        stream = batch_stream(rep, vocab, prompts)
-                        if way == "plain":
-                            rec = run_plain(h, stream, iters, rep)
-                        else:
-                            rec = run_partial(h, stream, iters, int(way.split("=")[1]), prompts, rep)
-                        row[way] = {"record": rec, "summary": summarize(rec)}
+                    for way in ways:
+                        row[way] = {"record": recs[way], "summary": summarize(recs[way])}
                         s = row[way]["summary"]
                         print(f"cap {cap} repeat {rep} {way:14s}: {s['throughput']:.1f} rows/s, "
                               f"{s['rollout_s_iter']:.2f} s/iter, {s['passes_iter']:.1f} passes/iter, "
