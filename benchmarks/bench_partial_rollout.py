@@ -193,7 +193,8 @@ def run_plain(h: Harness, stream, iters: int, seed: int):
 
 
 def run_partial(h: Harness, stream, iters: int, split: int, prompts_per_iter: int, seed: int):
-    """Yields its record after every iteration (the warm-up one included). The trainer's loop (trainer/partial_rollout.py step) around CarryPool, with the engines' EOS emulated."""
+    """The trainer's loop (trainer/partial_rollout.py step) around CarryPool, with the engines' EOS emulated;
+    yields its record after every iteration (the warm-up one included)."""
     import torch
     from mindspeed_rl.config_cls.partial_rollout import PartialSpec
     from mindspeed_rl.models.rollout.base import ROLLOUT_BUDGET
