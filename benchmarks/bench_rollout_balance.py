@@ -95,8 +95,8 @@ def engine_class():
             table = self.table = {}
 
             class Sized(VLLMRollout):
-                def _params(self, sampling, seed, eos_id):
-                    params = super()._params(sampling, seed, eos_id)
+                def _params(self, sampling, seed, eos_id, budget=None):
+                    params = super()._params(sampling, seed, eos_id, budget)
                     params.max_tokens = table[int(seed)]
                     return params
             actor = CausalLMEngine(model, torch.device("cpu"), dtype=torch.float32, trainable=False)
