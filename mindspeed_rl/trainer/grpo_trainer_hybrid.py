@@ -287,6 +287,9 @@ class RayGRPOTrainer(RayBaseTrainer):
             rows = partial_rollout.load_pool(self, folder)
             if rows:
                 print(f"partial rollout: continuing {rows} rows of {folder}'s pool", flush=True)
+        elif partial_rollout.has_pool(folder):
+            print(f"partial rollout is off (rl_config.partial_rollout_max_split=1): the rows in flight of {folder}'s "
+                  f"pool are dropped; their prompts are not drawn again", flush=True)
 
     def _checked(self, batch: dict) -> dict:
         """Reject prompts longer than ``max_prompt_length`` (naming the row)."""

@@ -74,6 +74,10 @@ def save_pool(trainer, folder: str) -> None:
         torch.save(state, os.path.join(folder, POOL_FILE))
 
 
+def has_pool(folder: str) -> bool:
+    return os.path.exists(os.path.join(folder, POOL_FILE))
+
+
 def load_pool(trainer, folder: str) -> int:
     """Continue the rows of ``folder``'s pool; returns how many rows it held. A checkpoint without a pool (saved
     with partial rollout off) starts an empty one."""

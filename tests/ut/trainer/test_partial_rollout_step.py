@@ -125,7 +125,9 @@ def test_a_stopped_pass_extends_only_the_rows_it_served():
 def test_the_pool_goes_into_the_checkpoint_and_comes_back(tmp_path):
     t = Trainer()
     partial_rollout.step(t, 1, next(t._data))
+    assert not partial_rollout.has_pool(str(tmp_path))
     partial_rollout.save_pool(t, str(tmp_path))
+    assert partial_rollout.has_pool(str(tmp_path))
     again = Trainer()
     assert partial_rollout.load_pool(again, str(tmp_path)) == len(t.carry_pool.rows) > 0
     assert again.rollout_passes == t.rollout_passes == 2
