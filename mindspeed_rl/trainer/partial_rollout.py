@@ -31,13 +31,20 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
     trainer._took_batch(iteration)
     pool.add(trainer._checked(batch))
     while pool.groups + spec.train_prompts <= spec.pool_prompts:  # room for a whole batch: take the next
+        before = pool.groups
         pool.add(trainer._checked(next(trainer._data)))
         trainer.data_position += 1
+        if pool.groups == before:
+            raise ValueError(f"partial rollout: prompt batch {trainer.data_position} holds no prompts")
     rollout = [plan.stage(ROLLOUT.name)]
     outputs = [c for c in rollout[0].outputs]
     passes, unserved, rollout_metrics, rollout_results = 0, 0, [], []
     while len(pool.complete_groups()) < spec.train_prompts:
         rows = pool.pass_rows()
+        if not rows:  # every row is complete and still too few prompts: the batches were short
+            raise RuntimeError(f"partial rollout: the pool holds {pool.groups} prompts, all complete, fewer than the "
+                               f"{spec.train_prompts} an iteration trains (global_batch_size); the prompt batches "
+                               f"were smaller than global_batch_size")
         trainer.rollout_passes += 1
         passes += 1
         td.set_round(2 * trainer.rollout_passes)  # rounds (and the pass's sampling seeds) follow the pass count

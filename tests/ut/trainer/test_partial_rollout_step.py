@@ -1,5 +1,6 @@
 """Partial rollout's iteration over a stand-in engine (no Ray): the pool's top-up, the passes until enough prompts
 are complete, the rows a stopped pass did not serve, the train round's columns, and the pool in checkpoints."""
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,17 @@ def test_the_pool_goes_into_the_checkpoint_and_comes_back(tmp_path):
     (tmp_path / "bad" / partial_rollout.POOL_FILE).write_bytes(b"not a pool")
     with pytest.raises(ValueError, match="cannot read .*carry_pool.pt"):
         partial_rollout.load_pool(Trainer(), str(tmp_path / "bad"))
+
+
+def test_batches_that_can_never_fill_an_iteration_stop_with_one_error():
+    t = Trainer()
+    t._data = iter([{"prompts": [], "labels": []}])
+    with pytest.raises(ValueError, match="prompt batch 2 holds no prompts"):
+        partial_rollout.step(t, 1, {"prompts": [torch.tensor([3, 21], dtype=torch.int32)],
+                                    "labels": [torch.tensor([3])]})
+    t = Trainer()
+    # a pool too small to hold an iteration's prompts
+    t.run_plan = dataclasses.replace(t.run_plan, partial=dataclasses.replace(t.run_plan.partial, pool_prompts=8))
+    with pytest.raises(RuntimeError, match="holds 1 prompts, all complete, fewer than the 8"):
+        partial_rollout.step(t, 1, {"prompts": [torch.tensor([3, 21], dtype=torch.int32)],
+                                    "labels": [torch.tensor([3])]})
