@@ -72,8 +72,7 @@ def rollout_figures(dock, stage, queued, traces: Sequence[dict]) -> Tuple[Dict[s
     # a round that stopped early (async_engine) is replayed on the rows it served
     kept = [i for i, r in enumerate(queued.order) if r in served]
     order = [queued.order[i] for i in kept]
-    groups = [queued.groups[i] for i in kept] if queued.groups is not None else None
-    prior = [queued.prior[i] for i in kept] if queued.prior is not None else None
+    groups, prior = [queued.groups[i] for i in kept], [queued.prior[i] for i in kept]
     chunk, take_cap = plan.rollout_takes(stage)
     n = len(order)
     consumers = plan.rollout_consumers

@@ -43,3 +43,9 @@ def test_unit_weights_are_the_plain_loss_and_gradients_follow_the_weights():
     grpo_loss(y, old, adv, mask, token_count=1.0)[0].backward()
     # per token, the weighted gradient is the plain one times the weight (weights carry no gradient)
     torch.testing.assert_close(x.grad, y.grad * weights * mask)
+
+
+def test_weights_of_another_dtype_keep_the_loss_in_the_log_probs_dtype():
+    lp, old, ref, adv, mask, weights = _inputs()
+    loss, _ = grpo_loss(lp.float(), old.float(), adv.float(), mask.float(), is_weights=weights)  # float64 weights
+    assert loss.dtype == torch.float32
