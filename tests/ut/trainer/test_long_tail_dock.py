@@ -64,3 +64,26 @@ def test_the_correction_stage_writes_weights_and_kept_tokens_per_row():
                         ROLLOUT_LOG_PROBS: [torch.zeros(3)], "response_length": torch.tensor([2])}, [0])
     with pytest.raises(ValueError, match="row 0 has 2 old log-probs, 3 rollout log-probs"):
         compute_rollout_correction(bad, plan.stages[ROLLOUT_CORR.name], plan.correction)
+
+
+def test_a_stoppable_round_takes_the_rows_it_served_and_only_those():
+    from mindspeed_rl.utils.rollout_queue import StopRule
+    dock = DriverDock(4, N, run_plan=_plan())
+    dock.put_experience({"prompts": [torch.arange(2)] * 4, "prompt_length": torch.tensor([2] * 4)}, [0, 1, 2, 3])
+    rule = StopRule(1, [False] * 4, [False] * 4)
+    dock.set_queue_groups([0, 0, 1, 1], [0.0] * 4, stop=rule)
+    queued = dock.queue_round(StageGroup.of(ROLLOUT))
+    assert queued.stop is rule
+    dock.put_queued(StageGroup.of(ROLLOUT), queued.order, [_made([0], [1]), _made([2], [3])])
+    assert dock.rows_with("responses") == [0, 2]
+    assert dock.round_rows() == 4
+    with pytest.raises(ValueError, match="not in the round \\[7\\]"):  # served rows must still be the round's
+        dock.put_queued(StageGroup.of(ROLLOUT), queued.order, [_made([7], [1])])
+    with pytest.raises(ValueError, match="unknown columns"):
+        dock.rows_with("no_such_column")
+    plain = DriverDock(4, N, run_plan=_plan())  # without a stop rule every row must be made
+    plain.put_experience({"prompts": [torch.arange(2)] * 2, "prompt_length": torch.tensor([2, 2])}, [0, 1])
+    plain.set_queue_groups([0, 0], [0.0, 0.0])
+    assert plain.queue_round(StageGroup.of(ROLLOUT)).stop is None
+    with pytest.raises(ValueError, match="missing \\[1\\]"):
+        plain.put_queued(StageGroup.of(ROLLOUT), [0, 1], [_made([0], [1])])
