@@ -60,3 +60,12 @@ def test_bypass_mode_skips_the_old_log_probs_and_the_correction_stage():
 def test_bad_settings_are_one_error_naming_the_key(overrides, match):
     with pytest.raises(Exception, match=match):
         _plan(*overrides)
+
+
+def test_the_kl_in_the_rewards_keeps_the_old_log_probs_even_on_policy_or_in_bypass_mode():
+    ppo = TINY.parent / "ppo_tiny_cpu.yaml"
+    for extra in ((), ("rl_config.rollout_correction={bypass_mode: true}",)):
+        plan = build_configs(load_config(ppo, ["rl_config.use_kl_in_reward=true", "rl_config.mini_batch_size=8",
+                                               *extra])).plan
+        assert plan.features.kl_in_reward and plan.features.on_policy
+        assert "actor_log_prob" in plan.stages, extra
