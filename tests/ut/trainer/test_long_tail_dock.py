@@ -73,13 +73,13 @@ def test_a_stoppable_round_takes_the_rows_it_served_and_only_those():
     rule = StopRule(1, [False] * 4, [False] * 4)
     dock.set_queue_groups([0, 0, 1, 1], [0.0] * 4, stop=rule)
     queued = dock.queue_round(StageGroup.of(ROLLOUT))
-    assert queued.stop is rule
+    assert queued.stop is rule and [p.tolist() for p in queued.batch["prompts"]] == [[0, 1]] * 4
     dock.put_queued(StageGroup.of(ROLLOUT), queued.order, [_made([0], [1]), _made([2], [3])])
     assert dock.rows_with("responses") == [0, 2]
     assert dock.round_rows() == 4
     with pytest.raises(ValueError, match="not in the round \\[7\\]"):  # served rows must still be the round's
         dock.put_queued(StageGroup.of(ROLLOUT), queued.order, [_made([7], [1])])
-    with pytest.raises(ValueError, match="unknown columns"):
+    with pytest.raises(ValueError, match="^rows_with: unknown columns"):
         dock.rows_with("no_such_column")
     plain = DriverDock(4, N, run_plan=_plan())  # without a stop rule every row must be made
     plain.put_experience({"prompts": [torch.arange(2)] * 2, "prompt_length": torch.tensor([2, 2])}, [0, 1])
