@@ -87,3 +87,13 @@ def test_a_stoppable_round_takes_the_rows_it_served_and_only_those():
     assert plain.queue_round(StageGroup.of(ROLLOUT)).stop is None
     with pytest.raises(ValueError, match="missing \\[1\\]"):
         plain.put_queued(StageGroup.of(ROLLOUT), [0, 1], [_made([0], [1])])
+
+
+def test_a_row_whose_log_probs_agree_with_each_other_but_not_its_length_is_named():
+    plan = dataclasses.replace(_plan(), correction=CorrectionSpec("token"))
+    dock = DriverDock(4, N, run_plan=plan)
+    dock.put_experience({"prompts": [torch.arange(2)] * 2, "old_log_prob": [torch.zeros(2), torch.zeros(2)],
+                         ROLLOUT_LOG_PROBS: [torch.zeros(2), torch.zeros(2)],
+                         "response_length": torch.tensor([2, 3])}, [0, 1])
+    with pytest.raises(ValueError, match="row 1 has 2 old log-probs, 2 rollout log-probs and response_length 3"):
+        compute_rollout_correction(dock, plan.stages[ROLLOUT_CORR.name], plan.correction)
