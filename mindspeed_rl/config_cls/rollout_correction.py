@@ -107,6 +107,9 @@ def correction_spec(raw, partial: bool) -> CorrectionSpec:
     if level not in (None, "token", "sequence"):
         raise ValueError(f"{_SECTION}.rollout_is={level!r} must be null, 'token' or 'sequence'")
     upper, lower = _bounds("rollout_is_threshold", raw.get("rollout_is_threshold", 2.0), pair_ok=True)
+    if lower is None and upper < 1:  # YAML reads an unquoted 0.5_2 as the number 0.52
+        raise ValueError(f"{_SECTION}.rollout_is_threshold={upper!r} would truncate every weight below 1; for the "
+                         f"interval [lower, upper] write it quoted, e.g. '0.5_2'")
     bypass = raw.get("bypass_mode", False)
     for key, value in (("bypass_mode", bypass), ("rollout_is_batch_normalize",
                                                  raw.get("rollout_is_batch_normalize", False))):

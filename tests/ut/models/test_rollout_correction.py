@@ -134,6 +134,7 @@ def test_keys_parse_as_verl_reads_them():
     ({"rollout_is": "row"}, "rollout_is='row'"),
     ({"rollout_is_threshold": 0}, "positive"),
     ({"rollout_is_threshold": "3_1"}, "lower bound exceeds"),
+    ({"rollout_is_threshold": 0.52}, "=0.52 would truncate every weight below 1; .* quoted, e.g. '0.5_2'"),
     ({"rollout_rs": "token_k9", "rollout_rs_threshold": 1}, "token_k9"),
     ({"rollout_rs": "token_k2"}, "needs rollout_rs_threshold"),
     ({"rollout_rs": "token_k2", "rollout_rs_threshold": "0.1_0.2"}, "not a number"),
