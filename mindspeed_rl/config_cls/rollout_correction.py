@@ -8,6 +8,7 @@ against the engine's; true: the engine's log-probs are the old log-probs, the PP
 no old log-prob pass runs), ``loss_type`` (ppo_clip) and ``rollout_is_batch_normalize`` (false).
 With partial rollout on, ``rollout_is`` defaults to 'token' (a carried row mixes tokens of several policies).
 """
+import math
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -50,14 +51,15 @@ def _bounds(key: str, spec, pair_ok: bool) -> Tuple[float, Optional[float]]:
     if isinstance(spec, bool) or spec is None:
         raise ValueError(f"{_SECTION}.{key}={spec!r} must be a positive number"
                          + (" or a 'lower_upper' string" if pair_ok else ""))
-    text = str(spec).strip()
-    parts = text.split("_", 1) if pair_ok and isinstance(spec, str) else [text]
+    parts = str(spec).strip().split("_") if isinstance(spec, str) else [spec]
     try:
+        if len(parts) > (2 if pair_ok else 1):
+            raise ValueError
         values = [float(p) for p in parts]
-    except ValueError:
+    except (TypeError, ValueError):
         raise ValueError(f"{_SECTION}.{key}={spec!r} is not a number"
                          + (" or a 'lower_upper' pair" if pair_ok else "")) from None
-    if any(not v > 0 or v != v or v == float("inf") for v in values):
+    if not all(0 < v < math.inf for v in values):  # NaN fails every comparison
         raise ValueError(f"{_SECTION}.{key}={spec!r}: bounds must be finite and positive")
     if len(values) == 2:
         if values[0] > values[1]:
