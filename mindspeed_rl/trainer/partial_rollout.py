@@ -92,7 +92,7 @@ def load_pool(trainer, folder: str) -> int:
     if not os.path.exists(path):
         return 0
     try:
-        state = torch.load(path, weights_only=False)
+        state = torch.load(path, weights_only=True)  # plain tensors, ints and lists
     except Exception as err:  # noqa: BLE001  (a damaged file, named)
         raise ValueError(f"partial rollout: cannot read {path}: {type(err).__name__}: {err}") from None
     trainer.carry_pool.load_state_dict(state)
