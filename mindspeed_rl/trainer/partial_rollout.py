@@ -14,7 +14,6 @@ import torch
 from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS
 from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics, sum_by_rank
 from mindspeed_rl.trainer.utils.carry_pool import CarryPool
-from mindspeed_rl.utils.error_cause import named_failure
 
 POOL_FILE = "carry_pool.pt"
 
@@ -77,8 +76,11 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
 
 def save_pool(trainer, folder: str) -> None:
     state = dict(trainer.carry_pool.state_dict(), rollout_passes=trainer.rollout_passes)
-    with named_failure("saving the partial rollout pool into", folder):
+    try:
         torch.save(state, os.path.join(folder, POOL_FILE))
+    except Exception as err:  # noqa: BLE001  (one line naming the folder; the save is abandoned)
+        raise RuntimeError(f"saving the partial rollout pool into {folder!r} failed: {type(err).__name__}: "
+                           f"{err}") from err
 
 
 def has_pool(folder: str) -> bool:
