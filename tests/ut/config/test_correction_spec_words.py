@@ -85,3 +85,9 @@ def test_every_bad_setting_is_one_message(raw, message):
 def test_bypass_with_a_null_rollout_is_is_accepted():
     assert correction_spec({"bypass_mode": True, "rollout_is": None}, partial=True) == CorrectionSpec(
         None, bypass_mode=True)
+
+
+def test_equal_bounds_and_truncations_at_one_or_above_are_accepted():
+    assert correction_spec({"rollout_is_threshold": "2_2"}, False).is_lower == 2.0
+    assert correction_spec({"rollout_is_threshold": 1.0}, False).is_upper == 1.0
+    assert correction_spec({"rollout_is_threshold": 1.5}, False).is_upper == 1.5
