@@ -20,9 +20,10 @@ def compute_rollout_correction(td, stage, spec) -> Dict[str, float]:
     lengths = torch.tensor([int(x) for x in batch["response_length"]])
     old, mask = pad_rows([t.double().reshape(-1) for t in batch["old_log_prob"]])
     rollout, _ = pad_rows([t.double().reshape(-1) for t in batch[ROLLOUT_LOG_PROBS]])
-    if old.shape != rollout.shape or not torch.equal(mask.sum(dim=-1), lengths):
-        bad = next(i for i, (o, r) in enumerate(zip(batch["old_log_prob"], batch[ROLLOUT_LOG_PROBS]))
-                   if o.numel() != r.numel() or o.numel() != int(lengths[i]))
+    counts = torch.tensor([[o.numel(), r.numel()] for o, r in zip(batch["old_log_prob"], batch[ROLLOUT_LOG_PROBS])])
+    wrong = (counts != lengths[:, None]).any(dim=1).nonzero()
+    if wrong.numel():  # every row: as many old and rollout log-probs as response tokens
+        bad = int(wrong[0, 0])
         raise ValueError(f"rollout correction: row {bad} has {batch['old_log_prob'][bad].numel()} old log-probs, "
                          f"{batch[ROLLOUT_LOG_PROBS][bad].numel()} rollout log-probs and response_length "
                          f"{int(lengths[bad])}")

@@ -97,3 +97,13 @@ def test_a_row_whose_log_probs_agree_with_each_other_but_not_its_length_is_named
                          "response_length": torch.tensor([2, 3])}, [0, 1])
     with pytest.raises(ValueError, match="row 1 has 2 old log-probs, 2 rollout log-probs and response_length 3"):
         compute_rollout_correction(dock, plan.stages[ROLLOUT_CORR.name], plan.correction)
+
+
+def test_a_short_row_of_rollout_log_probs_is_named_even_when_not_the_longest():
+    plan = dataclasses.replace(_plan(), correction=CorrectionSpec("token"))
+    dock = DriverDock(4, N, run_plan=plan)
+    dock.put_experience({"prompts": [torch.arange(2)] * 2, "old_log_prob": [-torch.ones(3), -torch.ones(2)],
+                         ROLLOUT_LOG_PROBS: [-torch.ones(3), -torch.ones(1)],
+                         "response_length": torch.tensor([3, 2])}, [0, 1])
+    with pytest.raises(ValueError, match="row 1 has 2 old log-probs, 1 rollout log-probs and response_length 2"):
+        compute_rollout_correction(dock, plan.stages[ROLLOUT_CORR.name], plan.correction)
