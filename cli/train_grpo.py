@@ -106,6 +106,9 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
         overrides.append(f"megatron_training.model_path={os.path.abspath(tiny_model_dir)}")
     cfgs = _built_with_warnings(config, overrides)
     actor, rl, gen = cfgs.actor_config, cfgs.rl_config, cfgs.generate_config
+    trainer_class(actor.stage)
+    from mindspeed_rl.trainer.driver_stages import check_stage_functions
+    check_stage_functions(cfgs.plan, worker_classes())  # every kept row has its function, before Ray starts
     if tiny_model_dir and not os.path.exists(os.path.join(tiny_model_dir, "config.json")):
         build_tiny_checkpoint(tiny_model_dir, seed=0, **hf_config_kwargs(actor))
     _check_model_folder(actor.model_path, tokenizer_path=actor.tokenizer_name_or_path)
@@ -133,16 +136,16 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
         return _train(cfgs, tokenizer, data, resume, state, output_dir)
 
 
+STAGES = (None, "ray_grpo", "ray_dapo", "ray_ppo")  # upstream's values of megatron_training.stage
+
+
 def trainer_class(stage):
-    """The trainer of ``megatron_training.stage`` (upstream's values; unset: GRPO)."""
-    from mindspeed_rl.trainer.dapo_trainer_hybrid import RayDAPOTrainer
-    from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
-    from mindspeed_rl.trainer.ppo_trainer_hybrid import RayPPOTrainer
-    trainers = {None: RayGRPOTrainer, "ray_grpo": RayGRPOTrainer, "ray_dapo": RayDAPOTrainer,
-                "ray_ppo": RayPPOTrainer}
-    if stage not in trainers:
+    """The trainer of ``megatron_training.stage``: one class runs every algorithm (the run plan says which rows
+    run); the stage names upstream's trainer (unset: GRPO)."""
+    from mindspeed_rl.trainer.stage_trainer import StageTableTrainer
+    if stage not in STAGES:
         raise ValueError(f"megatron_training.stage={stage!r}: no such trainer; known: ray_grpo, ray_dapo, ray_ppo")
-    return trainers[stage]
+    return StageTableTrainer
 
 
 # the worker class of each worker group (RunPlan.roles)
@@ -196,7 +199,7 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
         trainer = trainer_class(actor.stage)(
             actor_worker=group, critic_worker=groups.get("critic"), reward_list=[reward],
             run_plan=plan, logger=logger, save_interval=actor.save_interval if actor.save else 0,
-            save_dir=actor.save, adv_estimator=rl.adv_estimator, kl_ctrl_type=rl.kl_ctrl_type,
+            save_dir=actor.save, kl_ctrl_type=rl.kl_ctrl_type,
             kl_horizon=rl.kl_horizon, kl_target=rl.kl_target, init_kl_coef=rl.init_kl_coef,
             dataset_additional_keys=extra_keys, max_prompt_length=rl.max_prompt_length,
             save_optimizer=not actor.no_save_optim, save_rng=not actor.no_save_rng,

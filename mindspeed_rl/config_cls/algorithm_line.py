@@ -16,7 +16,8 @@ def algorithm_line(plan, stage: Optional[str]) -> str:
         parts.append(f"critic DP={critic.dp} TP={critic.tp}, GAE gamma={plan.gae.gamma:g} lam={plan.gae.lam:g}, "
                      f"value clip {loss.cliprange_value:g}")
     else:
-        parts.append(f"advantages {f.estimator} over {plan.n_samples} samples per prompt")
+        scaled = "" if f.estimator != "group_norm" or plan.advantage.norm_adv_by_std_in_grpo else " without std (Dr.GRPO)"
+        parts.append(f"advantages {f.estimator}{scaled} over {plan.n_samples} samples per prompt")
     if name == "DAPO" or f.dynamic_sampling:
         g = plan.group_filter
         if g is None:
@@ -33,7 +34,12 @@ def algorithm_line(plan, stage: Optional[str]) -> str:
         parts.append(f"clip-higher ({loss.clip_ratio_low:g}, {loss.clip_ratio_high:g})")
     else:
         parts.append(f"clip {loss.clip_ratio:g}")
-    parts.append("token-level loss" if loss.token_level_loss else "sequence-mean loss")
+    if loss.loss_mode != "vanilla":
+        parts.append(f"policy loss {loss.loss_mode}")
+    words = {"token-mean": "token-level loss", "seq-mean-token-mean": "sequence-mean loss",
+             "seq-mean-token-sum": "loss seq-mean-token-sum",
+             "seq-mean-token-sum-norm": f"loss seq-mean-token-sum-norm over {loss.horizon:g} tokens"}
+    parts.append(words[loss.agg_mode])
     if f.kl_in_reward:
         parts.append(f"KL in the rewards ({loss.kl_penalty})")
     elif f.kl_in_loss:

@@ -40,6 +40,8 @@ _RL = {
         "critic_value_dispatch_size", "critic_update_dispatch_size"), (INT,)),
     **dict.fromkeys(("tool_config_path", "tool_response_truncate_side", "tool_parser_format"), (STR,)),
     "stage_timeout": (FLOAT,),
+    "loss_agg_mode": (STR,),
+    "loss_scale_factor": (FLOAT,),
 }
 
 _GENERATE = {"data_parallel_size": (INT,), "expert_map_path": (STR,), "sampling_config.seed": (INT,)}

@@ -6,8 +6,8 @@ from typing import List
 def zero_advantage_reasons(rl_config) -> List[str]:
     """Why every group-normalised advantage of ``rl_config`` is 0 whatever the model does (empty: it
     can learn, or the advantages are not group-normalised)."""
-    if rl_config.adv_estimator != "group_norm":
-        return []
+    if rl_config.adv_estimator not in ("group_norm", "grpo"):
+        return []  # rloo and reinforce_plus_plus* keep a lone sample's score
     reasons = []
     if rl_config.n_samples_per_prompt == 1:
         reasons.append("rl_config.n_samples_per_prompt=1 with adv_estimator group_norm: each group holds one "

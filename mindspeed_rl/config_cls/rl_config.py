@@ -75,7 +75,16 @@ class RLConfig(BaseConfig):
     init_kl_coef (0.01): starting KL coefficient.
     kl_horizon (1000): horizon of the adaptive KL controller.
     kl_target (100.0): target KL of the adaptive controller.
-    adv_estimator ('group_norm'): advantage estimator.
+    adv_estimator ('group_norm'): advantage estimator, a name registered in mindspeed_rl.algorithms:
+        'group_norm' (= verl's 'grpo'), 'rloo', 'reinforce_plus_plus', 'reinforce_plus_plus_baseline'
+        (GRPO and DAPO stages), 'gae' (stage ray_ppo, with a critic).
+    norm_adv_by_std_in_grpo (True): group_norm divides by the group's std; False: Dr.GRPO.
+    loss_mode ('vanilla'): the policy loss: 'vanilla' (PPO clip), 'gspo' (sequence ratio), 'cispo'
+        (clipped, detached ratio weighting log-probs).
+    loss_agg_mode (None): 'token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean' or
+        'seq-mean-token-sum-norm' (Dr.GRPO); None: token_level_loss decides (token-mean, or
+        seq-mean-token-mean when false).
+    loss_scale_factor (None): seq-mean-token-sum-norm's constant length; None: sampling max_tokens.
     verifier_function (['base_acc']): names of the rule verifiers.
     verifier_weight ([1.0]): one weight per verifier.
     verifier_parallel (1): processes used for rule verification.
@@ -236,6 +245,13 @@ class RLConfig(BaseConfig):
         self.async_engine = False
         self.require_max_age_all_finished = True
         self.rollout_correction = None
+
+        # verl's algorithm keys (algorithm.norm_adv_by_std_in_grpo, actor.policy_loss.loss_mode,
+        # actor.loss_agg_mode, actor.loss_scale_factor)
+        self.norm_adv_by_std_in_grpo = True
+        self.loss_mode = "vanilla"
+        self.loss_agg_mode = None
+        self.loss_scale_factor = None
 
         # Keys added by this project.
         self.use_dp_batch_balance = False

@@ -9,6 +9,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from mindspeed_rl.algorithms import ADV_ESTIMATORS
+from mindspeed_rl.algorithms.spec import AdvantageSpec
 from mindspeed_rl.config_cls import stages as table
 from mindspeed_rl.config_cls.partial_rollout import PartialSpec, partial_spec
 from mindspeed_rl.config_cls.rl_config import resource_size
@@ -60,15 +62,6 @@ class GroupFilterSpec:
     metric: str
     train_prompts: int
     max_batches: int
-
-
-@dataclass(frozen=True)
-class AdvantageSpec:
-    """PPO's GAE (rl_config.gamma, lam) and where the KL goes (use_kl_in_reward, kl_penalty)."""
-    gamma: float
-    lam: float
-    kl_in_reward: bool
-    kl_penalty: str
 
 
 @dataclass(frozen=True)
@@ -171,9 +164,14 @@ class RunPlan:
     placement: str = "auto"  # rl_config.placement_strategy (the launcher resolves 'auto')
     features: Features = Features()
     critic: Optional[RolePlan] = None  # PPO's critic group (critic_config, critic_resource)
-    gae: Optional[AdvantageSpec] = None
+    advantage: AdvantageSpec = AdvantageSpec()  # rl_config.adv_estimator and what it reads
     partial: Optional[PartialSpec] = None  # partial_rollout_max_split > 1
     correction: CorrectionSpec = CorrectionSpec()  # rl_config.rollout_correction
+
+    @property
+    def gae(self) -> Optional[AdvantageSpec]:
+        """The advantage spec when the estimator reads a critic's values (PPO's GAE), else None."""
+        return self.advantage if self.advantage.critic else None
 
     @property
     def rows_per_round(self) -> int:
@@ -436,7 +434,9 @@ def _stage(stage: Stage, size, default, rows, dp, balanced, inputs, outputs, que
 def _dapo(rl_config, generate_config):
     """(overlong spec, group filter spec, train prompts) of the DAPO keys, checked as upstream does."""
     overlong = group_filter = None
-    if rl_config.clip_higher_enable and rl_config.clip_ratio_low > rl_config.clip_ratio_high:
+    # DAPO's clip-higher bounds (CISPO and GSPO may bound the ratio below more loosely than above)
+    vanilla = rl_config.loss_mode in ("vanilla", None)
+    if vanilla and rl_config.clip_higher_enable and rl_config.clip_ratio_low > rl_config.clip_ratio_high:
         raise PlanError(f"rl_config.clip_ratio_low={rl_config.clip_ratio_low} must not exceed "
                         f"rl_config.clip_ratio_high={rl_config.clip_ratio_high} (clip_higher_enable)")
     if rl_config.overlong_buffer_enable:
@@ -477,14 +477,14 @@ def _balance(actor_config, rl_config) -> Optional[BalanceSpec]:
 def features(actor_config, rl_config, spec: WorkerSpec, correction: CorrectionSpec = CorrectionSpec(),
              partial: Optional[PartialSpec] = None) -> Features:
     """What the run does, from the configs: the stage table's rows read it."""
-    ppo = actor_config.stage == "ray_ppo"
+    ppo = ADV_ESTIMATORS.meta(rl_config.adv_estimator).get("critic", False)
     rows = (rl_config.filter_groups_train_batch_size if rl_config.filter_groups_enable
             else actor_config.global_batch_size) * rl_config.n_samples_per_prompt
     kl_in_reward = ppo and bool(rl_config.use_kl_in_reward)
     return Features(dynamic_sampling=bool(rl_config.filter_groups_enable),
                     kl_in_loss=rl_config.init_kl_coef > 0 and not kl_in_reward, kl_in_reward=kl_in_reward,
                     on_policy=rl_config.mini_batch_size == rows and rl_config.epochs == 1, critic=ppo,
-                    estimator=rl_config.adv_estimator, rollout_log_probs=spec.rollout.returns_log_probs,
+                    estimator=ADV_ESTIMATORS.canonical(rl_config.adv_estimator), rollout_log_probs=spec.rollout.returns_log_probs,
                     rollout_correction=correction.on and not correction.bypass_mode,
                     bypass=correction.bypass_mode, partial_rollout=partial is not None)
 
@@ -507,25 +507,32 @@ def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec):
 
 def _check_estimator(actor_config, rl_config):
     ppo = actor_config.stage == "ray_ppo"
-    if ppo and rl_config.adv_estimator != "gae":
+    try:
+        critic = ADV_ESTIMATORS.meta(rl_config.adv_estimator).get("critic", False)
+    except ValueError as err:
+        raise PlanError(str(err)) from None
+    if ppo and not critic:
         raise PlanError(f"rl_config.adv_estimator={rl_config.adv_estimator!r} with megatron_training.stage=ray_ppo: "
                         f"PPO trains a critic for GAE; set adv_estimator: gae")
-    if not ppo and rl_config.adv_estimator != "group_norm":
+    if not ppo and critic:
         raise PlanError(f"rl_config.adv_estimator={rl_config.adv_estimator!r} needs a critic: use it with "
-                        f"megatron_training.stage=ray_ppo, or set adv_estimator: group_norm")
+                        f"megatron_training.stage=ray_ppo, or an estimator without one (group_norm, rloo, "
+                        f"reinforce_plus_plus, reinforce_plus_plus_baseline)")
+    if not isinstance(rl_config.norm_adv_by_std_in_grpo, bool):
+        raise PlanError(f"rl_config.norm_adv_by_std_in_grpo={rl_config.norm_adv_by_std_in_grpo!r} must be true or "
+                        f"false")
     if ppo and rl_config.filter_groups_enable:
         raise PlanError("rl_config.filter_groups_enable (DAPO dynamic sampling) is not implemented with "
                         "megatron_training.stage=ray_ppo")
     if rl_config.use_kl_in_reward and not ppo:
         raise PlanError("rl_config.use_kl_in_reward=true is read by PPO only (megatron_training.stage=ray_ppo); "
                         "GRPO and DAPO take the KL in the loss (init_kl_coef)")
-    if ppo:
-        for key in ("gamma", "lam", "cliprange_value"):
-            value = getattr(rl_config, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= (
-                    1 if key != "cliprange_value" else float("inf")):
-                bound = "in [0, 1]" if key != "cliprange_value" else ">= 0"
-                raise PlanError(f"rl_config.{key}={value!r} must be a number {bound}")
+    for key in ("gamma", "lam", "cliprange_value") if ppo else ("gamma",):
+        value = getattr(rl_config, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= (
+                1 if key != "cliprange_value" else float("inf")):
+            bound = "in [0, 1]" if key != "cliprange_value" else ">= 0"
+            raise PlanError(f"rl_config.{key}={value!r} must be a number {bound}")
 
 
 def _critic(critic_config, rl_config, generate_config, mini, rows) -> Optional[RolePlan]:
@@ -609,8 +616,9 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
         carried = tuple(dict.fromkeys(c for s in later for c in s.inputs if c not in made))
         stages[table.FILTER.name] = dataclasses.replace(stages[table.FILTER.name],
                                                         inputs=table.FILTER.inputs + carried)
-    gae = AdvantageSpec(float(rl_config.gamma), float(rl_config.lam), feats.kl_in_reward,
-                        rl_config.kl_penalty) if feats.estimator == "gae" else None
+    advantage = AdvantageSpec(float(rl_config.gamma), float(rl_config.lam), feats.kl_in_reward, rl_config.kl_penalty,
+                              name=feats.estimator, norm_adv_by_std_in_grpo=rl_config.norm_adv_by_std_in_grpo,
+                              critic=feats.critic)
     timeout = rl_config.td_timeout
     stage_timeout = float(getattr(rl_config, "stage_timeout", None) or timeout)
     return RunPlan(layout=layout, prompts_per_round=actor_config.global_batch_size,
@@ -618,7 +626,7 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
                    train_iters=actor_config.train_iters, stages=stages,
                    balance=_balance(actor_config, rl_config), seed=rl_config.seed,
                    train_prompts_per_round=train_prompts, overlong=overlong, group_filter=group_filter,
-                   worker=spec, placement=rl_config.placement_strategy, features=feats, critic=critic, gae=gae,
+                   worker=spec, placement=rl_config.placement_strategy, features=feats, critic=critic, advantage=advantage,
                    partial=partial, correction=correction,
                    # a rank waits in a collective at most as long as its peers' stage runs: the driver's
                    # stage deadline fires first and names the rank that did not answer

@@ -5,8 +5,9 @@ run's ``Features``, and its DP share sizes come from its ``dispatch_key`` and
 ``share`` (config_cls/run_plan.py). A ``dp`` stage runs on the ranks of its
 ``role``'s worker group, each DP rank on its own shares of the round; a
 ``driver`` stage runs in the driver on the whole round (one fetch in row
-order, one put). Adding a stage is one row here and one method on the
-trainer (driver) or on the role's worker (dp).
+order, one put). Adding a stage is one row here and one function registered
+under the row's ``method`` (driver: trainer/driver_stages.py) or one method
+on the role's worker (dp).
 
 ``phase`` 'rollout' stages make a batch of experience from prompts; with
 dynamic sampling (DAPO) they run once per rollout batch until the train
@@ -26,7 +27,6 @@ IS_WEIGHTS = "rollout_is_weights"
 RESPONSE_MASK = "response_mask"
 # the filter metric (DAPO) is an extra output of the reward stage when dynamic sampling is on
 FILTER_METRIC = "metric_for_dapo"
-ROLES = ("actor", "ref", "critic", "driver")
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,8 @@ class Features:
     kl_in_loss: bool = True         # the actor loss has a KL term against the reference
     kl_in_reward: bool = False      # PPO use_kl_in_reward: the KL is taken from the rewards instead
     on_policy: bool = False         # one optimizer step over the round, one epoch: no separate old log-probs
-    critic: bool = False            # PPO: a critic worker group
-    estimator: str = "group_norm"   # rl_config.adv_estimator
+    critic: bool = False            # PPO: a critic worker group (the estimator reads its values)
+    estimator: str = "group_norm"   # rl_config.adv_estimator (its registered name)
     rollout_log_probs: bool = False  # the rollout engine returns its log-probs
     rollout_correction: bool = False  # IS weights / rejection between old and rollout log-probs (driver stage)
     bypass: bool = False            # rollout correction's bypass mode: the engine's log-probs are the old ones
@@ -56,12 +56,8 @@ def _always(_: Features) -> bool:
     return True
 
 
-def _group_norm(f: Features) -> bool:
-    return f.estimator == "group_norm"
-
-
-def _gae(f: Features) -> bool:
-    return f.estimator == "gae"
+def _outcome_estimator(f: Features) -> bool:
+    return not f.critic
 
 
 def _dynamic_sampling(f: Features) -> bool:
@@ -97,7 +93,7 @@ class Stage:
     name: str                   # dock consumer, metrics key (``timing/<name>``, ``dp_balance/<name>``)
     kind: str                   # 'dp' (worker ranks) or 'driver'
     role: str                   # worker group that computes it: 'actor', 'ref', 'critic' or 'driver'
-    method: str                 # worker method (dp) or trainer method (driver)
+    method: str                 # worker method (dp) or registered driver function (driver)
     inputs: Tuple[str, ...]     # columns read
     outputs: Tuple[str, ...]    # columns written
     cost_columns: Tuple[str, ...] = LENGTH_COST  # row workload for balance plans
@@ -132,9 +128,10 @@ ROLLOUT = Stage("actor_rollout", "dp", "actor", "generate_sequences", ("prompts"
 REWARD = Stage("rule_reward", "driver", "driver", "compute_rewards",
                ("responses", "labels", "prompt_length", "response_length"), ("rm_scores",), phase="rollout",
                extra_outputs=((FILTER_METRIC, "dynamic_sampling"),))
-# GRPO/DAPO: group-normalised advantages, one per row (before the filter, which keeps them with their rows)
-GROUP_ADV = Stage("compute_advantage", "driver", "driver", "compute_advantage", ("rm_scores",), ("advantages",),
-                  phase="rollout", when=_group_norm)
+# GRPO/DAPO and every estimator without a critic: per-token advantages from the scores (before the filter,
+# which keeps them with their rows)
+GROUP_ADV = Stage("compute_advantage", "driver", "driver", "compute_advantage", ("rm_scores", "response_length"),
+                  ("advantages",), phase="rollout", when=_outcome_estimator)
 # DAPO dynamic sampling: drop groups whose filter metric is all equal, keep the rest for the train batch
 FILTER = Stage("dynamic_sampling", "driver", "driver", "filter_groups", (FILTER_METRIC,), (), phase="rollout",
                when=_dynamic_sampling)
@@ -151,9 +148,9 @@ VALUES = Stage("critic_compute_values", "dp", "critic", "compute_values", SEQ_CO
 KL_REWARD = Stage("compute_kl", "driver", "driver", "compute_kl_rewards",
                   ("rm_scores", "response_length", "old_log_prob", "ref_log_prob"), ("token_level_rewards",),
                   when=_kl_in_reward)
-# PPO: GAE over the critic's values; per-token advantages and returns
-GAE_ADV = Stage("compute_advantage", "driver", "driver", "compute_gae", ("rm_scores", "response_length", "values"),
-                ("advantages", "returns"), when=_gae,
+# PPO: the estimator over the critic's values (GAE); per-token advantages and returns
+GAE_ADV = Stage("compute_advantage", "driver", "driver", "compute_advantage", ("rm_scores", "response_length", "values"),
+                ("advantages", "returns"), when=_critic,
                 optional_inputs=("token_level_rewards",))
 CRITIC_TRAIN = Stage("critic_train", "dp", "critic", "update", SEQ_COLUMNS + ("values", "returns"), (),
                      micro_batch_key="micro_batch_size", dispatch_key="critic_update_dispatch_size", balanceable=True,

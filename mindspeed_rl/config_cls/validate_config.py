@@ -6,6 +6,7 @@ Nothing here requires bf16 or a particular inference engine.
 """
 import warnings
 
+from mindspeed_rl.algorithms import ADV_ESTIMATORS, POLICY_LOSSES
 from mindspeed_rl.config_cls.rl_config import DP_BALANCE_METHODS, DP_BALANCE_OBJECTIVES
 from mindspeed_rl.config_cls.run_plan import build_run_plan
 
@@ -22,9 +23,8 @@ def _check_rl_scalars(rl_config):
     if rl_config.dp_balance_method not in DP_BALANCE_METHODS:
         raise ValueError(f"rl_config.dp_balance_method must be one of "
                          f"{DP_BALANCE_METHODS}, got {rl_config.dp_balance_method!r}")
-    if rl_config.adv_estimator not in ("group_norm", "gae"):
-        raise ValueError(f"rl_config.adv_estimator={rl_config.adv_estimator!r} is not implemented; "
-                         f"use 'group_norm' (GRPO, DAPO) or 'gae' (PPO)")
+    ADV_ESTIMATORS.canonical(rl_config.adv_estimator)  # a registered estimator (ValueError naming the known ones)
+    POLICY_LOSSES.canonical(rl_config.loss_mode)
     if rl_config.n_samples_per_prompt < 1:
         raise ValueError(f"rl_config.n_samples_per_prompt must be >= 1, "
                          f"got {rl_config.n_samples_per_prompt}")

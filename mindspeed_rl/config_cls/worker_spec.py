@@ -8,8 +8,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
+from mindspeed_rl.algorithms import POLICY_LOSSES
+from mindspeed_rl.algorithms.aggregation import check_mode
 from mindspeed_rl.config_cls.rollout_spec import RolloutSpec, rollout_spec
-
 from mindspeed_rl.config_cls.stages import OLD, REF, TRAIN, VALUES
 
 
@@ -71,8 +72,11 @@ class LossSpec:
     clip_ratio_high: Optional[float]
     kl_penalty: str
     entropy_coeff: float
-    token_level_loss: bool
+    token_level_loss: bool           # upstream's switch; agg_mode is what the losses read
     cliprange_value: float = 0.5  # PPO critic: values move at most this far from the rollout's per step
+    loss_mode: str = "vanilla"       # rl_config.loss_mode: a registered policy loss
+    agg_mode: str = "token-mean"     # rl_config.loss_agg_mode, or token_level_loss's mode
+    horizon: Optional[float] = None  # seq-mean-token-sum-norm's length (loss_scale_factor or max_tokens)
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,18 @@ def _text(name, value) -> str:
     return value
 
 
+def _agg_mode(rl, token_level: bool) -> str:
+    """rl_config.loss_agg_mode, or upstream's token_level_loss as a mode; the two must agree when both are set."""
+    implied = "token-mean" if token_level else "seq-mean-token-mean"
+    if rl.loss_agg_mode is None:
+        return implied
+    mode = check_mode(rl.loss_agg_mode)
+    if not token_level and mode != implied:
+        raise ValueError(f"rl_config.loss_agg_mode={mode!r} contradicts rl_config.token_level_loss=false "
+                         f"({implied}); give one of the two")
+    return mode
+
+
 def worker_spec(actor_config, rl_config, generate_config, section: str = "actor_config") -> WorkerSpec:
     """The fields a worker of the group configured by ``section`` (actor_config or critic_config) reads,
     from the driver's configs (checked, plain values)."""
@@ -152,13 +168,18 @@ def worker_spec(actor_config, rl_config, generate_config, section: str = "actor_
                                                           rl.max_packing_token_size, int, positive=True),
                            sizes=sizes)
     higher = _flag("rl_config.clip_higher_enable", rl.clip_higher_enable)
+    token_level = _flag("rl_config.token_level_loss", rl.token_level_loss)
     loss = LossSpec(clip_ratio=_number("rl_config.clip_ratio", rl.clip_ratio, float),
                     clip_ratio_low=_number("rl_config.clip_ratio_low", rl.clip_ratio_low, float) if higher else None,
                     clip_ratio_high=_number("rl_config.clip_ratio_high", rl.clip_ratio_high, float) if higher else None,
                     kl_penalty=_text("rl_config.kl_penalty", rl.kl_penalty),
                     entropy_coeff=_number("rl_config.entropy_coeff", rl.entropy_coeff, float),
-                    token_level_loss=_flag("rl_config.token_level_loss", rl.token_level_loss),
-                    cliprange_value=_number("rl_config.cliprange_value", rl.cliprange_value, float))
+                    token_level_loss=token_level,
+                    cliprange_value=_number("rl_config.cliprange_value", rl.cliprange_value, float),
+                    loss_mode=POLICY_LOSSES.canonical(_text("rl_config.loss_mode", rl.loss_mode)),
+                    agg_mode=_agg_mode(rl, token_level),
+                    horizon=_number("rl_config.loss_scale_factor", rl.loss_scale_factor, float, optional=True,
+                                    positive=True) or float(sampling.max_tokens))
     return WorkerSpec(engine, optimizer, sampling, micro, loss, rollout_spec(actor_config, generate_config))
 
 

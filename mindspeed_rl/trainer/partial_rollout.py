@@ -27,11 +27,11 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
     plan, pool, td = trainer.run_plan, trainer.carry_pool, trainer.transfer_dock
     spec = plan.partial
     start = time.perf_counter()
-    trainer._took_batch(iteration)
-    pool.add(trainer._checked(batch))
+    trainer.took_batch(iteration)
+    pool.add(trainer.checked(batch))
     while pool.groups + spec.train_prompts <= spec.pool_prompts:  # room for a whole batch: take the next
         before = pool.groups
-        pool.add(trainer._checked(next(trainer._data)))
+        pool.add(trainer.checked(next(trainer.data_iter)))
         trainer.data_position += 1
         if pool.groups == before:
             raise ValueError(f"partial rollout: prompt batch {trainer.data_position} holds no prompts")
@@ -50,7 +50,7 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
         td.clear()
         td.put_experience(pool.pass_inputs(rows), list(range(len(rows))))
         td.set_queue_groups(*pool.pass_groups(rows), stop=pool.stop_rule(rows, spec) if spec.async_engine else None)
-        metrics, results = trainer._run_stages(rollout, iteration=trainer.rollout_passes)
+        metrics, results = trainer.run_stages(rollout, iteration=trainer.rollout_passes)
         rollout_metrics.append(metrics)
         rollout_results += results
         served = td.rows_with("responses")  # all of them, unless async_engine stopped the pass early
@@ -65,13 +65,13 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
     td.clear()
     td.put_experience(columns, list(range(len(columns["prompts"]))))
     train = [s for s in plan.stages.values() if s.name != ROLLOUT.name]
-    metrics, results = trainer._run_stages(train, iteration=iteration)
+    metrics, results = trainer.run_stages(train, iteration=iteration)
     metrics.update(merge_rollout_metrics(rollout_metrics))
     metrics.update(partial_metrics)
     metrics["partial_rollout/passes"] = float(passes)
     if spec.async_engine:
         metrics["partial_rollout/rows_left_in_queue"] = float(unserved)
-    return trainer._finish_step(iteration, metrics, sum_by_rank(rollout_results) + results, start)
+    return trainer.finish_step(iteration, metrics, sum_by_rank(rollout_results) + results, start)
 
 
 def save_pool(trainer, folder: str) -> None:

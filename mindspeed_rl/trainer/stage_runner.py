@@ -18,6 +18,7 @@ engine made it.
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple, Union
 
+from mindspeed_rl.algorithms import DRIVER_STAGES
 from mindspeed_rl.trainer.utils.rollout_balance import rollout_figures
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ def run_queued_stage(workers, dock, stage, **context) -> Tuple[Metrics, List[Met
 
 
 class StageRunner:
-    """Runs stages in order on ``dock``'s round: a driver stage by ``driver.<method>(stage)``,
+    """Runs stages in order on ``dock``'s round: a driver stage by its registered function ``fn(driver, stage)``,
     DP stages in groups on the worker group of their role (``groups``: role -> worker group)."""
 
     def __init__(self, dock, groups: Mapping[str, Any]):
@@ -138,8 +139,8 @@ class StageRunner:
         while i < len(stages):
             stage = stages[i]
             if not stage.is_dp:
-                method: Callable[[Any], Metrics] = getattr(driver, stage.method)
-                metrics.update(method(stage))
+                fn: Callable[[Any, Any], Metrics] = DRIVER_STAGES.get(stage.method)
+                metrics.update(fn(driver, stage))
                 i += 1
                 continue
             if getattr(stage, "queued", False):

@@ -43,7 +43,7 @@ class CriticWorker(EngineWorker):
 
     def _train_mini_batch(self, batch) -> Dict[str, float]:
         spec = self.run_plan.worker
-        token_level = spec.loss.token_level_loss
+        token_level = spec.loss.agg_mode == "token-mean"  # else one weight per sequence
         local = sum(r.numel() for r in batch["responses"]) if token_level else len(batch["responses"])
         count = all_reduce_scalar(float(local), "sum", self.parallel_state.dp_group)
         parts = self._micro_batches(sequence_lengths(batch), spec.micro_batches.size(CRITIC_TRAIN.micro_batch_key),

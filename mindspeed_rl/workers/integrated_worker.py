@@ -9,7 +9,8 @@ from torch.nn.utils.rnn import pad_sequence
 from mindspeed_rl.config_cls.stages import (IS_WEIGHTS, OLD, REF, RESPONSE_MASK, ROLLOUT, ROLLOUT_BUDGET,
                                            ROLLOUT_LOG_PROBS, TRAIN)
 from mindspeed_rl.models.causal_lm import CausalLMEngine
-from mindspeed_rl.models.loss.grpo_loss import grpo_loss
+from mindspeed_rl.algorithms.aggregation import denominator
+from mindspeed_rl.algorithms.policy_loss import actor_loss
 from mindspeed_rl.models.rollout import make_backend
 from mindspeed_rl.models.rollout.drift import rollout_drift
 from mindspeed_rl.utils.checkpoint import DCP_DIR, RNG_DIR
@@ -133,10 +134,10 @@ class IntegratedWorker(EngineWorker):
 
     def _train_mini_batch(self, batch, kl_coef, skip_actor_log_prob) -> Dict[str, float]:
         rl = self.run_plan.worker.loss
-        # the loss divides by the mini-batch's tokens (token_level_loss) or sequences, over all DP ranks
+        # the loss divides by the mini-batch's tokens or sequences (loss_agg_mode), over all DP ranks
         kept = ([int(m.sum()) for m in batch[RESPONSE_MASK]] if RESPONSE_MASK in batch  # rejected tokens are out
                 else [r.numel() for r in batch["responses"]])
-        local = sum(kept) if rl.token_level_loss else sum(k > 0 for k in kept)
+        local = denominator(kept, rl.agg_mode, rl.horizon)
         token_count = all_reduce_scalar(float(local), "sum", self.parallel_state.dp_group)
         parts = self._micro_batches(_lengths(batch), self.run_plan.worker.micro_batches.size(TRAIN.micro_batch_key),
                                     sync=True)
@@ -155,11 +156,11 @@ class IntegratedWorker(EngineWorker):
             ref = batch.padded(REF.outputs[0], idx).to(lp.device) if self.ref is not None else None
             ent = pad_sequence(entropy, batch_first=True) if entropy is not None else None
             # one advantage per row (GRPO: one index op, broadcast over its tokens) or per token (PPO's GAE)
-            return grpo_loss(lp, old, batch.padded("advantages", idx).to(lp.device), mask, clip_ratio=rl.clip_ratio,
-                             ref_log_probs=ref, kl_coef=kl_coef, kl_kind=rl.kl_penalty, entropy=ent,
-                             entropy_coeff=rl.entropy_coeff, token_count=1.0, clip_ratio_low=rl.clip_ratio_low,
-                             clip_ratio_high=rl.clip_ratio_high, token_level_loss=rl.token_level_loss,
-                             is_weights=weights)
+            return actor_loss(lp, old, batch.padded("advantages", idx).to(lp.device), mask, clip_ratio=rl.clip_ratio,
+                              ref_log_probs=ref, kl_coef=kl_coef, kl_kind=rl.kl_penalty, entropy=ent,
+                              entropy_coeff=rl.entropy_coeff, token_count=1.0, clip_ratio_low=rl.clip_ratio_low,
+                              clip_ratio_high=rl.clip_ratio_high, is_weights=weights, loss_mode=rl.loss_mode,
+                              loss_agg_mode=rl.agg_mode, horizon=rl.horizon)
 
         drift = ROLLOUT_LOG_PROBS in batch
         trainer_lp = {}  # on-policy: this pass's own log-probs are the trainer's view of the rollout policy

@@ -4,7 +4,7 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from mindspeed_rl.trainer.utils.advantages import pad_rows
+from mindspeed_rl.algorithms.masked import pad_rows
 
 Rows = Union[Tensor, Sequence[Tensor]]
 

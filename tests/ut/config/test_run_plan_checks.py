@@ -346,8 +346,10 @@ def test_ppo_needs_gae_and_gae_needs_ppo():
         "rl_config.adv_estimator='group_norm' with megatron_training.stage=ray_ppo: PPO trains a critic for GAE; "
         "set adv_estimator: gae")
     assert _refused({"adv_estimator": "gae"}) == (
-        "rl_config.adv_estimator='gae' needs a critic: use it with megatron_training.stage=ray_ppo, or set "
-        "adv_estimator: group_norm")
+        "rl_config.adv_estimator='gae' needs a critic: use it with megatron_training.stage=ray_ppo, or an "
+        "estimator without one (group_norm, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline)")
+    assert _refused({"adv_estimator": "remax"}).startswith(
+        "rl_config.adv_estimator='remax' is not a known advantage estimator; known: [")
     assert _refused({"use_kl_in_reward": True}) == (
         "rl_config.use_kl_in_reward=true is read by PPO only (megatron_training.stage=ray_ppo); GRPO and DAPO take "
         "the KL in the loss (init_kl_coef)")

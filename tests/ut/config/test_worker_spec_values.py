@@ -21,7 +21,8 @@ def _rl(**kw):
     base = dict(use_remove_padding=True, ref_forward_micro_batch_size=5, actor_forward_micro_batch_size=6,
                 use_dynamic_bsz=True, max_packing_token_size=4096, clip_higher_enable=True, clip_ratio=0.2,
                 clip_ratio_low=0.15, clip_ratio_high=0.28, kl_penalty="low_var_kl", entropy_coeff=0.001,
-                token_level_loss=False, cliprange_value=0.4)
+                token_level_loss=False, cliprange_value=0.4, loss_mode="vanilla", loss_agg_mode=None,
+                loss_scale_factor=None)
     return SimpleNamespace(**dict(base, **kw))
 
 
@@ -50,7 +51,8 @@ def test_every_field_comes_from_its_key():
     assert s.micro_batches == ws.MicroBatchSpec(use_dynamic_bsz=True, max_packing_token_size=4096, sizes=(
         (REF.micro_batch_key, 5), (OLD.micro_batch_key, 6), (TRAIN.micro_batch_key, 3)))
     assert s.loss == ws.LossSpec(clip_ratio=0.2, clip_ratio_low=0.15, clip_ratio_high=0.28, kl_penalty="low_var_kl",
-                                 entropy_coeff=0.001, token_level_loss=False, cliprange_value=0.4)
+                                 entropy_coeff=0.001, token_level_loss=False, cliprange_value=0.4,
+                                 loss_mode="vanilla", agg_mode="seq-mean-token-mean", horizon=64.0)
     assert s.rollout == ws.RolloutSpec("hf", "test")
     assert VALUES.micro_batch_key == TRAIN.micro_batch_key  # the critic's forward reads the section's size too
 

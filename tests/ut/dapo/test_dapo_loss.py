@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from mindspeed_rl.models.loss.grpo_loss import grpo_loss
-from mindspeed_rl.trainer.dapo_trainer_hybrid import kept_groups, merge_rollout_metrics
+from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics
+from mindspeed_rl.trainer.dynamic_sampling import kept_groups
 from mindspeed_rl.trainer.utils.compute_utils import overlong_penalty
 
 

@@ -6,6 +6,7 @@ import torch
 
 import mindspeed_rl.trainer.dapo_trainer_hybrid as dapo
 import mindspeed_rl.workers.integrated_worker as iw
+from mindspeed_rl.algorithms import DRIVER_STAGES
 from mindspeed_rl.config_cls.stages import FILTER_METRIC, ROLLOUT
 from ut.dapo.test_dapo_sampling import Reward, _trainer, batches, local  # noqa: F401  (fixture)
 
@@ -23,7 +24,7 @@ def sparse_batches(size=8):
 def test_no_limit_draws_batches_until_the_train_batch_is_full(local, limit):
     trainer, _ = _trainer(f"rl_config.filter_groups_max_batches={limit}")
     data = sparse_batches()
-    trainer._data = data
+    trainer.data_iter = data
     m = trainer.step(1, next(data))
     # one kept group a batch, 6 wanted: the default limit (5 here) would stop one batch short
     assert m["dapo/rollout_batches"] == 6 and m["dapo/train_groups"] == 6 and m["dapo/batch_full"] == 1.0
@@ -33,7 +34,7 @@ def test_no_limit_draws_batches_until_the_train_batch_is_full(local, limit):
 def test_a_limit_stops_at_that_many_batches(local):
     trainer, _ = _trainer("rl_config.filter_groups_max_batches=5")
     data = sparse_batches()
-    trainer._data = data
+    trainer.data_iter = data
     m = trainer.step(1, next(data))
     assert m["dapo/rollout_batches"] == 5 and m["dapo/train_groups"] == 5 and m["dapo/batch_full"] == 0.0
 
@@ -41,13 +42,13 @@ def test_a_limit_stops_at_that_many_batches(local):
 def _first_rows(monkeypatch):
     """Each rollout batch's first row of every share, read when the filter runs on that batch."""
     firsts = []
-    original = dapo.RayDAPOTrainer.filter_groups
+    original = DRIVER_STAGES.get("filter_groups")
 
-    def spy(self, stage):
-        firsts.append([share[0] for rank in self.transfer_dock.plan_stage(ROLLOUT.name) for share in rank])
-        return original(self, stage)
+    def spy(trainer, stage):
+        firsts.append([share[0] for rank in trainer.transfer_dock.plan_stage(ROLLOUT.name) for share in rank])
+        return original(trainer, stage)
 
-    monkeypatch.setattr(dapo.RayDAPOTrainer, "filter_groups", spy)
+    monkeypatch.setitem(DRIVER_STAGES.functions, "filter_groups", spy)
     return firsts
 
 
@@ -56,7 +57,7 @@ def test_refill_rollouts_are_seeded_by_the_data_position(local, monkeypatch):
     trainer, workers = _trainer("rl_config.guarantee_order=true")  # fixed shares: the plan names the first rows
     plan = trainer.run_plan
     data = batches()
-    trainer._data = data
+    trainer.data_iter = data
     trainer.step(1, next(data))  # 2 rollout batches: data positions 1 and 2
     base = plan.worker.sampling.seed if plan.worker.sampling.seed is not None else plan.seed
     assert len(firsts) == 2
@@ -66,7 +67,7 @@ def test_refill_rollouts_are_seeded_by_the_data_position(local, monkeypatch):
     # a run resumed at data position 1 samples its first batch as the straight run's refill did
     resumed, again = _trainer("rl_config.guarantee_order=true", data_position=1)
     data2 = batches(start=1)
-    resumed._data = data2
+    resumed.data_iter = data2
     resumed.step(2, next(data2))
     assert firsts[2] == firsts[1]
     refill = {iw.rollout_seed(base, 2, first) for first in firsts[1]}
@@ -90,17 +91,17 @@ def test_the_filter_reads_its_verifiers_own_scores(local, monkeypatch):
     weighted.weight = 2.0
     trainer.reward_list = [Other(), weighted]
     seen = []
-    original = dapo.RayDAPOTrainer.filter_groups
+    original = DRIVER_STAGES.get("filter_groups")
 
-    def spy(self, stage):
+    def spy(trainer, stage):
         rows = list(range(stage.rows_per_share))
-        got = self.transfer_dock.get_rows([FILTER_METRIC, "rm_scores", "response_length"], rows)
+        got = trainer.transfer_dock.get_rows([FILTER_METRIC, "rm_scores", "response_length"], rows)
         seen.append({k: torch.cat([v.reshape(-1).float() for v in got[k]]) for k in got})
-        return original(self, stage)
+        return original(trainer, stage)
 
-    monkeypatch.setattr(dapo.RayDAPOTrainer, "filter_groups", spy)
+    monkeypatch.setitem(DRIVER_STAGES.functions, "filter_groups", spy)
     data = batches()
-    trainer._data = data
+    trainer.data_iter = data
     trainer.step(1, next(data))
     assert len(seen) == 2  # two rollout batches (k = 0, 1)
     for k, cols in enumerate(seen):
@@ -117,7 +118,7 @@ def test_queued_refill_rollouts_are_seeded_by_the_data_position_and_each_chunks_
     trainer, workers = _trainer()
     plan = trainer.run_plan
     data = batches()
-    trainer._data = data
+    trainer.data_iter = data
     trainer.step(1, next(data))  # 2 rollout batches: data positions 1 and 2
     base = plan.worker.sampling.seed if plan.worker.sampling.seed is not None else plan.seed
     chunk = plan.stages[ROLLOUT.name].rows_per_share

@@ -143,7 +143,7 @@ def _trained(workers):
 def test_all_equal_groups_are_dropped_and_batches_refill(local):
     trainer, workers = _trainer()
     data = batches()
-    trainer._data = data
+    trainer.data_iter = data
     m = trainer.step(1, next(data))
     # each batch of 8 prompts has 4 odd (kept) groups: 2 batches fill the 6 groups, the surplus 2 are dropped
     assert m["dapo/rollout_batches"] == 2 and m["dapo/extra_rollout_batches"] == 1
@@ -164,7 +164,7 @@ def test_all_equal_groups_are_dropped_and_batches_refill(local):
 def test_max_batches_trains_on_what_is_kept_and_says_so(local, capsys):
     trainer, workers = _trainer("rl_config.filter_groups_max_batches=1")
     data = batches()
-    trainer._data = data
+    trainer.data_iter = data
     m = trainer.step(1, next(data))
     assert m["dapo/rollout_batches"] == 1 and m["dapo/train_groups"] == 4 and m["dapo/batch_full"] == 0.0
     assert len(_trained(workers)) == 12
@@ -173,7 +173,7 @@ def test_max_batches_trains_on_what_is_kept_and_says_so(local, capsys):
 
 def test_too_few_kept_rows_is_an_error_naming_the_key(local):
     trainer, _ = _trainer("rl_config.filter_groups_max_batches=1")
-    trainer._data = batches()
+    trainer.data_iter = batches()
     with pytest.raises(RuntimeError, match="filter_groups_max_batches=1"):
         # every label even: nothing varies
         trainer.step(1, {"prompts": [torch.tensor([1, j]) for j in range(8)],
@@ -186,7 +186,7 @@ def test_filtered_non_divisible_round_is_balanced_and_every_row_trained_once(loc
     # full share is 9 rows; no row twice, none missed
     trainer, workers = _trainer("rl_config.filter_groups_max_batches=1", "rl_config.init_kl_coef=0.01")
     data = batches()
-    trainer._data = data
+    trainer.data_iter = data
     batch = next(data)
     if kept == 5:
         batch["labels"][0] = torch.tensor([1])
@@ -217,20 +217,20 @@ def test_filtered_non_divisible_round_is_balanced_and_every_row_trained_once(loc
 def test_data_position_resumes_exactly_after_a_refilled_iteration(local):
     straight, _ = _trainer()
     data = batches()
-    straight._data = data
+    straight.data_iter = data
     straight.step(1, next(data))
     position = straight.state_dict(1)["data_position"]
     after = straight.step(2, next(data))
     # resume: the CLI positions the data iterator at the checkpoint's data position
     resumed, workers = _trainer(data_position=position)
     data2 = batches(start=position)
-    resumed._data = data2
+    resumed.data_iter = data2
     again = resumed.step(2, next(data2))
     keys = ("dapo/rollout_batches", "dapo/kept_groups", "dapo/train_groups", "reward/mean")
     assert [after[k] for k in keys] == [again[k] for k in keys]
     assert resumed.data_position == straight.data_position
     got = sorted(_trained(workers))
-    want = sorted(r for w in straight.actor_worker.workers for step in w.actor.trained[-1:] for r in step)
+    want = sorted(r for w in straight.groups["actor"].workers for step in w.actor.trained[-1:] for r in step)
     assert got == want
 
 

@@ -27,7 +27,7 @@ def test_each_ranks_rollout_tokens_add_up_over_the_batches_drawn(local, monkeypa
     monkeypatch.setattr(iw, "CausalLMEngine", CountingEngine)
     trainer, workers = _trainer()
     data = batches()
-    trainer._data = data
+    trainer.data_iter = data
     m = trainer.step(1, next(data))
     assert m["dapo/rollout_batches"] == 2.0
     for w in workers:  # both batches' rollouts on this rank, not the last one's alone
@@ -38,7 +38,7 @@ def test_a_train_round_of_exactly_the_fewest_rows_is_trained(local):
     # 2 samples a prompt, 2 DP ranks with one train share each: 2 rows is the least a train round may hold
     trainer, workers = _trainer("rl_config.n_samples_per_prompt=2", "rl_config.filter_groups_max_batches=1")
     assert trainer.run_plan.min_train_rows == 2
-    trainer._data = batches()
+    trainer.data_iter = batches()
     # one odd label: one group varies (its two samples get responses of different lengths)
     batch = next(batches())
     batch["labels"] = [torch.tensor([1 if j == 3 else 2]) for j in range(8)]
@@ -51,7 +51,7 @@ def test_the_balance_records_name_the_iteration_that_made_them(local, tmp_path):
     trainer, _ = _trainer()
     trainer.logger = MetricsLogger(output_dir=str(tmp_path))
     data = batches()
-    trainer._data = data
+    trainer.data_iter = data
     trainer.step(3, next(data))
     trainer.logger.close()
     records = [json.loads(line) for line in (tmp_path / BALANCE_FILE).read_text().splitlines()]
@@ -70,7 +70,7 @@ def test_a_dataset_key_no_stage_reads_still_goes_into_the_dock(local):
             yield batch
 
     data = with_source()
-    trainer._data = data
+    trainer.data_iter = data
     m = trainer.step(1, next(data))
     assert m["dapo/train_groups"] == 6.0 and len(_trained(workers)) == 18
 

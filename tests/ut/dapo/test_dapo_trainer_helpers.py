@@ -2,7 +2,8 @@
 per-rank sums over the batches, and the summary line."""
 import torch
 
-from mindspeed_rl.trainer.dapo_trainer_hybrid import (RayDAPOTrainer, kept_groups, merge_rollout_metrics,
+from mindspeed_rl.trainer.dapo_trainer_hybrid import RayDAPOTrainer, kept_groups
+from mindspeed_rl.trainer.utils.batch_metrics import (merge_rollout_metrics,
                                                       sum_by_rank)
 
 

@@ -7,7 +7,7 @@ from tests.ut.dapo.test_dapo_sampling import _trainer, _trained, batches, local 
 def test_a_full_batch_reports_the_batches_drawn_and_no_shortfall(local, capsys):
     trainer, _ = _trainer()
     data = batches()
-    trainer._data = data
+    trainer.data_iter = data
     m = trainer.step(1, next(data))
     # two batches filled the 6 groups: the upstream metric name counts them too
     assert m["train/num_gen_batches"] == 2.0 == m["dapo/rollout_batches"]
@@ -17,7 +17,7 @@ def test_a_full_batch_reports_the_batches_drawn_and_no_shortfall(local, capsys):
 def test_without_dynamic_sampling_the_step_is_grpos_on_one_batch(local):
     trainer, workers = _trainer("rl_config.filter_groups_enable=false", "rl_config.mini_batch_size=8")
     data = batches()
-    trainer._data = data
+    trainer.data_iter = data
     m = trainer.step(4, next(data))
     # no group dropped: all 8 prompts x 3 samples trained, no DAPO metric, one batch drawn
     assert "dapo/kept_groups" not in m

@@ -13,7 +13,7 @@ from mindspeed_rl.config_cls.learning_signal import zero_advantage_reasons
 from mindspeed_rl.config_cls.rl_config import RLConfig
 from mindspeed_rl.models.rule_reward import VerifierReward
 from mindspeed_rl.models.tiny_model import build_toy_tokenizer
-from mindspeed_rl.trainer import grpo_trainer_hybrid as hybrid
+from mindspeed_rl.trainer import driver_stages, stage_trainer as hybrid
 from mindspeed_rl.trainer.utils.reward_guard import RewardFailureError, RewardGuard, failed_everywhere
 
 TINY = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs", "grpo_tiny_cpu.yaml")
@@ -108,25 +108,39 @@ def test_guard_says_when_every_advantage_is_zero(capsys):
     assert capsys.readouterr().out == ""
 
 
+class EqualScores:
+    """A dock whose rows all score 1 with 2 response tokens."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def get_rows(self, columns, rows):
+        return {"rm_scores": [torch.tensor(1.0)] * len(rows), "response_length": [torch.tensor(2)] * len(rows)}
+
+    def put_experience(self, batch, rows):
+        pass
+
+
 def test_trainer_reward_stage_stops_before_the_update(monkeypatch, capsys):
     cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused"]))
     calls = []
-    monkeypatch.setattr(hybrid, "compute_rewards", lambda *a, **k: calls.append(1) or {"reward/mean": 0.0})
+    monkeypatch.setattr(driver_stages, "reward_stage", lambda *a, **k: calls.append(1) or {"reward/mean": 0.0})
     workers = object()  # no stage runs on them here
-    trainer = hybrid.RayGRPOTrainer(actor_worker=workers, reward_list=[_Failing()], run_plan=cfgs.plan,
+    trainer = hybrid.StageTableTrainer(actor_worker=workers, reward_list=[_Failing()], run_plan=cfgs.plan,
                                     max_failed_reward_iterations=1)
-    trainer._took_batch(3)
+    trainer.took_batch(3)
     with pytest.raises(RewardFailureError, match="in iteration 3 "):
-        trainer.compute_rewards(cfgs.plan.stages[REWARD.name])
+        driver_stages.compute_rewards(trainer, cfgs.plan.stages[REWARD.name])
     assert calls == [1]
-    lenient = hybrid.RayGRPOTrainer(actor_worker=workers, reward_list=[_Failing()], run_plan=cfgs.plan,
+    lenient = hybrid.StageTableTrainer(actor_worker=workers, reward_list=[_Failing()], run_plan=cfgs.plan,
                                     max_failed_reward_iterations=0)
-    lenient._took_batch(1)
-    assert lenient.compute_rewards(cfgs.plan.stages[REWARD.name]) == {"reward/mean": 0.0}
+    lenient.took_batch(1)
+    assert driver_stages.compute_rewards(lenient, cfgs.plan.stages[REWARD.name]) == {"reward/mean": 0.0}
     capsys.readouterr()
-    # the advantage stage says when none is left
-    monkeypatch.setattr(hybrid, "compute_group_advantages", lambda *a, **k: {"advantages/zero_frac": 1.0})
-    assert lenient.compute_advantage(cfgs.plan.stages[GROUP_ADV.name]) == {"advantages/zero_frac": 1.0}
+    # the advantage stage says when none is left: equal scores within every group
+    stage = cfgs.plan.stages[GROUP_ADV.name]
+    lenient.transfer_dock = EqualScores(stage.rows_per_share)
+    assert driver_stages.compute_advantage(lenient, stage)["advantages/zero_frac"] == 1.0
     assert capsys.readouterr().out.startswith("warning: iteration 1: every advantage is 0")
 
 

@@ -13,7 +13,7 @@ import torch
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.stages import REWARD
-from mindspeed_rl.trainer import grpo_trainer_hybrid as hybrid
+from mindspeed_rl.trainer import driver_stages, stage_trainer as hybrid
 from mindspeed_rl.trainer.utils.reward_guard import RewardFailureError
 from mindspeed_rl.utils import checkpoint as ckpt
 from mindspeed_rl.workers.parallel_state import ParallelState
@@ -53,7 +53,7 @@ class Log:
 
 def _trainer(group, *overrides, **kwargs):
     cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused", *overrides]))
-    return hybrid.RayGRPOTrainer(actor_worker=group, reward_list=[Reward()], run_plan=cfgs.plan,
+    return hybrid.StageTableTrainer(actor_worker=group, reward_list=[Reward()], run_plan=cfgs.plan,
                                  dataset_additional_keys=["labels"], init_kl_coef=cfgs.rl_config.init_kl_coef,
                                  **kwargs)
 
@@ -102,7 +102,7 @@ def test_fit_saves_every_interval_and_the_last_iteration(tmp_path, capsys):
 def test_save_flags_reach_every_worker_group(tmp_path, optimizer, rng):
     actor, critic = Saving(), Saving()
     cfgs = build_configs(load_config(PPO, ["megatron_training.model_path=/unused", "megatron_training.train_iters=1"]))
-    trainer = hybrid.RayGRPOTrainer(actor_worker=actor, critic_worker=critic, reward_list=[Reward()],
+    trainer = hybrid.StageTableTrainer(actor_worker=actor, critic_worker=critic, reward_list=[Reward()],
                                     run_plan=cfgs.plan, dataset_additional_keys=["labels"], init_kl_coef=0.04,
                                     save_interval=1, save_dir=str(tmp_path), save_optimizer=optimizer, save_rng=rng)
     _script(trainer, [_ok()])
@@ -159,7 +159,7 @@ def test_fit_logs_each_iteration_and_prints_verifier_faults(capsys):
     _script(trainer, [_ok(), _ok(**{"reward/math/timeouts": 2.0, "reward/math/errors": 0.0})])
     history = trainer.fit(iter(range(2)))
     assert [i for i, _ in log.lines] == [1, 2] and log.metrics == history
-    assert log.lines[0][1] == hybrid.RayGRPOTrainer._summary(1, history[0])
+    assert log.lines[0][1] == hybrid.StageTableTrainer._summary(1, history[0])
     captured = capsys.readouterr()
     assert "iter 2: verifier faults (scored 0): math: 2 timed out, 0 raised" in captured.out
     assert "iter 1: verifier faults" not in captured.out
@@ -283,9 +283,9 @@ def test_the_driver_state_counts_the_batches_taken():
 def test_the_reference_runs_on_the_actors_group_unless_one_is_given():
     actor, ref = Saving(), Saving()
     trainer = _trainer(actor)
-    assert trainer.ref_worker is actor and trainer.groups["ref"] is actor
+    assert trainer.groups["ref"] is actor
     trainer = _trainer(actor, ref_worker=ref)
-    assert trainer.ref_worker is ref and trainer.groups["ref"] is ref and trainer.groups["actor"] is actor
+    assert trainer.groups["ref"] is ref and trainer.groups["actor"] is actor
 
 
 def test_train_iters_come_from_the_plan_unless_given():
@@ -341,32 +341,32 @@ def test_rank_timing_metrics_keep_only_stage_figures_with_each_ranks_and_the_ext
 
 
 def test_the_console_summary_has_each_figure_or_a_dash():
-    line = hybrid.RayGRPOTrainer._summary(2, {
+    line = hybrid.StageTableTrainer._summary(2, {
         "reward/mean": 0.5, "response_length/mean": 3.25, "actor/pg_loss": 0.12345, "actor/kl": 0.001,
         f"timing/{hybrid.TRAIN.name}/max": 1.5, f"timing/{hybrid.TRAIN.name}/min": 1.0})
     assert line == "iter 2: reward=0.500 resp_len=3.25 loss=0.1235 kl=0.0010 update max/min rank s=1.50/1.00 "
-    assert hybrid.RayGRPOTrainer._summary(3, {}) == \
+    assert hybrid.StageTableTrainer._summary(3, {}) == \
         "iter 3: reward=- resp_len=- loss=- kl=- update max/min rank s=-/- "
     # a non-finite figure reads as nan, in lower case like the warnings
     every = ("reward/mean", "response_length/mean", "actor/pg_loss", "actor/kl", f"timing/{hybrid.TRAIN.name}/max",
              f"timing/{hybrid.TRAIN.name}/min")
-    assert hybrid.RayGRPOTrainer._summary(3, dict.fromkeys(every, NAN)) == \
+    assert hybrid.StageTableTrainer._summary(3, dict.fromkeys(every, NAN)) == \
         "iter 3: reward=nan resp_len=nan loss=nan kl=nan update max/min rank s=nan/nan "
     # balanced stages with a rank imbalance, in the stage table's order, one space apart
-    line = hybrid.RayGRPOTrainer._summary(3, {"dp_balance/actor_train/rank_imbalance": 0.01,
+    line = hybrid.StageTableTrainer._summary(3, {"dp_balance/actor_train/rank_imbalance": 0.01,
                                               "dp_balance/ref_log_prob/rank_imbalance": 0.125,
                                               "dp_balance/ref_log_prob/rank_imbalance_random": 0.5})
     assert line.endswith(" s=-/- ref_log_prob:imb=12.50%(random 50.00%) actor_train:imb=1.00%(random -)")
     # the queued rollout first: its engines' imbalance, the static split's (replayed) and the distance to its bound
-    line = hybrid.RayGRPOTrainer._summary(3, {"dp_balance/actor_rollout/bound_gap": 0.034,
+    line = hybrid.StageTableTrainer._summary(3, {"dp_balance/actor_rollout/bound_gap": 0.034,
                                               "dp_balance/actor_rollout/rank_imbalance": 0.009,
                                               "dp_balance/actor_rollout/rank_imbalance_random": 0.064,
                                               "dp_balance/actor_train/rank_imbalance": 0.01})
     assert line.endswith(" s=-/- actor_rollout:imb=0.90%(static 6.40%) bound+3.4% actor_train:imb=1.00%(random -)")
-    line = hybrid.RayGRPOTrainer._summary(3, {"dp_balance/actor_rollout/bound_gap": 0.0})
+    line = hybrid.StageTableTrainer._summary(3, {"dp_balance/actor_rollout/bound_gap": 0.0})
     assert line.endswith(" s=-/- actor_rollout:imb=-(static -) bound+0.0% ")
     # a rollout without the queue's figures (guarantee_order) says nothing of it
-    assert "actor_rollout" not in hybrid.RayGRPOTrainer._summary(3, {"dp_balance/actor_rollout/rank_imbalance": 0.2})
+    assert "actor_rollout" not in hybrid.StageTableTrainer._summary(3, {"dp_balance/actor_rollout/rank_imbalance": 0.2})
 
 
 # ------------------------------------------------------------------ one real step
@@ -396,7 +396,7 @@ def _real(*overrides, **kwargs):
         w.parallel_state = ParallelState.from_layout(rank, plan.layout)
         w.initialize("/unused", eos_id=13, pad_id=14)
         ranks.append(w)
-    return hybrid.RayGRPOTrainer(actor_worker=Group(ranks), reward_list=[Reward()], run_plan=plan,
+    return hybrid.StageTableTrainer(actor_worker=Group(ranks), reward_list=[Reward()], run_plan=plan,
                                  dataset_additional_keys=["labels"], init_kl_coef=0.02, **kwargs)
 
 
@@ -456,7 +456,7 @@ class Runner:
 
 def _ppo(*overrides):
     cfgs = build_configs(load_config(PPO, ["megatron_training.model_path=/unused", *overrides]))
-    trainer = hybrid.RayGRPOTrainer(actor_worker=object(), critic_worker=object(), reward_list=[Reward()],
+    trainer = hybrid.StageTableTrainer(actor_worker=object(), critic_worker=object(), reward_list=[Reward()],
                                     run_plan=cfgs.plan, dataset_additional_keys=["labels"], init_kl_coef=0.04)
     trainer.kl_ctrl = KL(0.04)
     return trainer
@@ -475,16 +475,15 @@ def test_with_the_kl_in_the_rewards_the_loss_has_none_and_the_controller_reads_t
 
 def test_ppos_driver_stages_take_the_plans_gae_and_kl_settings(monkeypatch):
     calls = {}
-    monkeypatch.setattr(hybrid.ppo_stages, "compute_gae", lambda *a: calls.setdefault("gae", a) and {"gae": 1.0})
-    monkeypatch.setattr(hybrid.ppo_stages, "compute_kl_rewards",
+    monkeypatch.setattr(driver_stages.ppo_stages, "compute_kl_rewards",
                         lambda *a: calls.setdefault("kl", a) and {"kl": 1.0})
     trainer = _ppo("rl_config.gamma=0.9", "rl_config.lam=0.8", "rl_config.use_kl_in_reward=true",
                    "rl_config.kl_penalty=kl")
+    assert (trainer.run_plan.advantage.name, trainer.run_plan.advantage.gamma, trainer.run_plan.advantage.lam) == \
+        ("gae", 0.9, 0.8)
     stage = object()
-    assert trainer.compute_gae(stage) == {"gae": 1.0}
-    assert calls["gae"] == (trainer.transfer_dock, stage, 0.9, 0.8)
     trainer.kl_ctrl.value = 0.3  # the controller's current coefficient, not the initial one
-    assert trainer.compute_kl_rewards(stage) == {"kl": 1.0}
+    assert driver_stages.compute_kl_rewards(trainer, stage) == {"kl": 1.0}
     assert calls["kl"] == (trainer.transfer_dock, stage, 0.3, "kl")
 
 
@@ -516,15 +515,15 @@ class FailedEverywhere:
 
 def test_by_default_one_iteration_whose_rewards_all_failed_stops_the_run(monkeypatch):
     cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused"]))
-    monkeypatch.setattr(hybrid, "compute_rewards", lambda *a, **k: {"reward/mean": 0.0})
-    trainer = hybrid.RayGRPOTrainer(actor_worker=object(), reward_list=[FailedEverywhere()], run_plan=cfgs.plan)
+    monkeypatch.setattr(driver_stages, "reward_stage", lambda *a, **k: {"reward/mean": 0.0})
+    trainer = hybrid.StageTableTrainer(actor_worker=object(), reward_list=[FailedEverywhere()], run_plan=cfgs.plan)
     trainer.iteration = 2
     with pytest.raises(RewardFailureError, match=r"in iteration 2 \(rl_config.max_failed_reward_iterations=1\)"):
-        trainer.compute_rewards(cfgs.plan.stages[REWARD.name])
+        driver_stages.compute_rewards(trainer, cfgs.plan.stages[REWARD.name])
 
 
 def test_the_dock_keeps_every_dataset_column_the_trainer_is_given():
     cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused"]))
-    trainer = hybrid.RayGRPOTrainer(actor_worker=object(), reward_list=[Reward()], run_plan=cfgs.plan,
+    trainer = hybrid.StageTableTrainer(actor_worker=object(), reward_list=[Reward()], run_plan=cfgs.plan,
                                     dataset_additional_keys=["labels", "source"])
     assert "source" in trainer.transfer_dock.experience_data  # a dataset key no stage reads is kept too

@@ -19,7 +19,7 @@ EOS = 0
 class Trainer:
     """The trainer's attributes the partial step uses; the rollout stage is a stand-in engine whose row with
     prompt [L, ...] makes tokens L, L, ... and ends (EOS) at L tokens; the train stages record their round."""
-    _took_batch = RayGRPOTrainer._took_batch
+    took_batch = RayGRPOTrainer.took_batch
 
     def __init__(self, *overrides, serve=None):
         self.run_plan = build_configs(load_config(TINY, ["rl_config.partial_rollout_max_split=3", *overrides])).plan
@@ -30,7 +30,7 @@ class Trainer:
         self.rollout_passes, self.data_position = 0, None
         self.serve = serve  # rows of a pass to serve (default: all)
         self.passes, self.trained = [], []
-        self._data = iter(self._batches())
+        self.data_iter = iter(self._batches())
 
     @staticmethod
     def _batches():
@@ -41,10 +41,10 @@ class Trainer:
                    "labels": [torch.tensor([L]) for L in lengths]}
             k += 1
 
-    def _checked(self, batch):
+    def checked(self, batch):
         return batch
 
-    def _run_stages(self, stages, iteration):
+    def run_stages(self, stages, iteration):
         td = self.transfer_dock
         rows = list(range(td.round_rows()))
         if stages[0].name != ROLLOUT.name:
@@ -69,13 +69,13 @@ class Trainer:
                                ROLLOUT_LOG_PROBS: log_probs}, served)
         return {"rollout": 1.0}, [{"rank": 0.0, "timing/actor_rollout": 1.0}]
 
-    def _finish_step(self, iteration, metrics, results, start):
+    def finish_step(self, iteration, metrics, results, start):
         return dict(metrics, ranks=len(results))
 
 
 def test_an_iteration_tops_up_the_pool_runs_passes_and_trains_complete_groups():
     t = Trainer()
-    metrics = partial_rollout.step(t, 1, next(t._data))
+    metrics = partial_rollout.step(t, 1, next(t.data_iter))
     assert t.data_position == 2  # the first batch and one more: the pool holds 2 x 8 prompts
     # passes of 4 tokens until 8 prompts have all 4 samples complete: lengths <= 4 after one, <= 8 after two
     assert [p[0] for p in t.passes] == [1, 2] and t.passes[0][1] == 64 and metrics["partial_rollout/passes"] == 2
@@ -99,8 +99,8 @@ def test_an_iteration_tops_up_the_pool_runs_passes_and_trains_complete_groups():
 def test_the_next_iteration_continues_the_carried_rows_first_and_rows_complete_within_n_passes():
     t = Trainer()
     for it in range(1, 5):
-        partial_rollout.step(t, it, next(t._data))
-        t._data = t._data  # the same iterator: the step takes more only while a batch fits the pool
+        partial_rollout.step(t, it, next(t.data_iter))
+        t.data_iter = t.data_iter  # the same iterator: the step takes more only while a batch fits the pool
     for train in t.trained:
         for prompt, response in zip(train["prompts"], train["responses"]):
             assert response.numel() == min(int(prompt[0]), 10)  # complete: its end, or max_tokens
@@ -112,7 +112,7 @@ def test_a_stopped_pass_extends_only_the_rows_it_served():
     t = Trainer("rl_config.async_engine=true", serve=lambda rows: rows[: len(rows) // 2])
     before = [r["tokens"].numel() for r in t.carry_pool.rows]
     assert before == []
-    partial_rollout.step(t, 1, next(t._data))
+    partial_rollout.step(t, 1, next(t.data_iter))
     assert all(served == total // 2 for _, total, served in t.passes)
     assert len(t.trained[0]["prompts"]) == 32
     # each served row got its own tokens; unserved rows made nothing in that pass
@@ -125,7 +125,7 @@ def test_a_stopped_pass_extends_only_the_rows_it_served():
 
 def test_the_pool_goes_into_the_checkpoint_and_comes_back(tmp_path):
     t = Trainer()
-    partial_rollout.step(t, 1, next(t._data))
+    partial_rollout.step(t, 1, next(t.data_iter))
     assert not partial_rollout.has_pool(str(tmp_path))
     partial_rollout.save_pool(t, str(tmp_path))
     assert partial_rollout.has_pool(str(tmp_path))
@@ -143,7 +143,7 @@ def test_the_pool_goes_into_the_checkpoint_and_comes_back(tmp_path):
 
 def test_batches_that_can_never_fill_an_iteration_stop_with_one_error():
     t = Trainer()
-    t._data = iter([{"prompts": [], "labels": []}])
+    t.data_iter = iter([{"prompts": [], "labels": []}])
     with pytest.raises(ValueError, match="prompt batch 2 holds no prompts"):
         partial_rollout.step(t, 1, {"prompts": [torch.tensor([3, 21], dtype=torch.int32)],
                                     "labels": [torch.tensor([3])]})

@@ -17,6 +17,18 @@ REF = [[-2.0], [-0.5, -1.0], [-0.5, -0.75, -2.0]]
 SCORES = [1.0, 0.0, 2.0]
 
 
+def run_gae(dock, stage, gamma, lam):
+    """The advantage stage's registered function with the 'gae' estimator, on ``dock``."""
+    from types import SimpleNamespace
+
+    from mindspeed_rl.algorithms.spec import AdvantageSpec
+    from mindspeed_rl.trainer.driver_stages import compute_advantage
+    plan = SimpleNamespace(advantage=AdvantageSpec(gamma, lam, name="gae", critic=True), n_samples=1)
+    trainer = SimpleNamespace(transfer_dock=dock, run_plan=plan, iteration=1,
+                              reward_guard=SimpleNamespace(check_advantages=lambda *a: None))
+    return compute_advantage(trainer, stage)
+
+
 def _dock(with_rewards=False):
     kl = StagePlan(KL_REWARD.name, 3, 1, False, stage=KL_REWARD, inputs=KL_REWARD.inputs)
     gae_inputs = GAE_ADV.inputs + (("token_level_rewards",) if with_rewards else ())
@@ -59,7 +71,7 @@ def test_gae_runs_back_over_each_rows_tokens_and_whitens_the_advantages():
     dock, kl_stage, _ = _dock()
     ppo_stages.compute_kl_rewards(dock, kl_stage, kl_coef=0.5, kl_penalty="kl")
     _, _, gae = _dock(with_rewards=True)  # the GAE stage that reads the KL-shaped rewards
-    metrics = ppo_stages.compute_gae(dock, gae, gamma=0.9, lam=0.8)
+    metrics = run_gae(dock, gae, 0.9, 0.8)
     rewards = _rows(dock, "token_level_rewards")
     raw, returns = [], []
     for row, n in zip(rewards, LENGTHS):  # delta_t = r_t + gamma v_{t+1} - v_t; A_t = delta_t + gamma lam A_{t+1}

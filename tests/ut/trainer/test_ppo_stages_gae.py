@@ -8,12 +8,23 @@ import torch
 
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
 from mindspeed_rl.config_cls.stages import GAE_ADV
-from mindspeed_rl.trainer.utils import ppo_stages
 from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
 
 LENGTHS = [2, 1, 3]
 SCORES = [1.0, -1.0, 3.0]
 VALUES = [[0.25, 0.5], [0.75], [0.0, 1.0, -0.5]]
+
+
+def run_gae(dock, stage, gamma, lam):
+    """The advantage stage's registered function with the 'gae' estimator, on ``dock``."""
+    from types import SimpleNamespace
+
+    from mindspeed_rl.algorithms.spec import AdvantageSpec
+    from mindspeed_rl.trainer.driver_stages import compute_advantage
+    plan = SimpleNamespace(advantage=AdvantageSpec(gamma, lam, name="gae", critic=True), n_samples=1)
+    trainer = SimpleNamespace(transfer_dock=dock, run_plan=plan, iteration=1,
+                              reward_guard=SimpleNamespace(check_advantages=lambda *a: None))
+    return compute_advantage(trainer, stage)
 
 
 def _dock():
@@ -32,7 +43,7 @@ def test_gae_without_token_rewards_puts_the_score_on_the_last_token():
     assert "token_level_rewards" not in GAE_ADV.inputs
     dock, gae = _dock()
     gamma, lam = 0.9, 0.8
-    metrics = ppo_stages.compute_gae(dock, gae, gamma=gamma, lam=lam)
+    metrics = run_gae(dock, gae, gamma, lam)
     raw, returns = [], []
     for score, values, n in zip(SCORES, VALUES, LENGTHS):
         rewards = [0.0] * (n - 1) + [score]

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import mindspeed_rl.workers.integrated_worker as iw
+from mindspeed_rl.algorithms import DRIVER_STAGES
 from mindspeed_rl.config_cls import build_configs, load_config, stages
 from mindspeed_rl.config_cls.run_plan import PlanError
 from mindspeed_rl.config_cls.stages import GROUP_ADV, REWARD, SEQ_COLUMNS, TRAIN, Stage
@@ -26,14 +27,13 @@ PENALTY = Stage("length_penalty", "driver", "driver", "penalise_length", ("rm_sc
 PROBE = Stage("actor_probe", "dp", "actor", "probe", SEQ_COLUMNS, ("probe",), balanceable=True)
 
 
-class Trainer(RayGRPOTrainer):
-    def penalise_length(self, stage):  # the new driver stage's function
-        rows = list(range(stage.rows_per_share))
-        got = self.transfer_dock.get_rows(list(stage.inputs), rows)
-        scores = torch.cat([s.reshape(1) for s in got["rm_scores"]])
-        lengths = torch.tensor([float(int(n)) for n in got["response_length"]])
-        put_columns(self.transfer_dock, {"rm_scores": scores - 0.1 * lengths}, rows)
-        return {"penalty/mean": float((0.1 * lengths).mean())}
+def penalise_length(trainer, stage):  # the new driver stage's function
+    rows = list(range(stage.rows_per_share))
+    got = trainer.transfer_dock.get_rows(list(stage.inputs), rows)
+    scores = torch.cat([s.reshape(1) for s in got["rm_scores"]])
+    lengths = torch.tensor([float(int(n)) for n in got["response_length"]])
+    put_columns(trainer.transfer_dock, {"rm_scores": scores - 0.1 * lengths}, rows)
+    return {"penalty/mean": float((0.1 * lengths).mean())}
 
 
 class Worker(iw.IntegratedWorker):
@@ -47,6 +47,7 @@ class Worker(iw.IntegratedWorker):
 @pytest.fixture
 def table(monkeypatch):
     monkeypatch.setattr(iw, "CausalLMEngine", Engine)
+    monkeypatch.setitem(DRIVER_STAGES.functions, "penalise_length", penalise_length)  # as register_stage does
 
     def insert(row, before):
         rows = list(stages.STAGES)
@@ -64,7 +65,7 @@ def _step():
         w.parallel_state = ParallelState.from_layout(rank, plan.layout)
         w.initialize("/unused", eos_id=13, pad_id=14)
         workers.append(w)
-    trainer = Trainer(actor_worker=Group(workers), reward_list=[Reward()], run_plan=plan,
+    trainer = RayGRPOTrainer(actor_worker=Group(workers), reward_list=[Reward()], run_plan=plan,
                       dataset_additional_keys=["labels"], init_kl_coef=cfgs.rl_config.init_kl_coef)
     return plan, trainer, trainer.step(1, next(batches()))
 
@@ -82,7 +83,8 @@ def test_a_driver_stage_is_one_row_and_one_function(table):
     assert not torch.allclose(scores, raw) and torch.all(scores <= raw)
     groups = scores.view(-1, plan.n_samples)  # the advantages read the penalised scores
     want = (groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-6)
-    assert torch.allclose(torch.cat([a.reshape(1) for a in got["advantages"]]), want.reshape(-1), atol=1e-5)
+    for a, w, n in zip(got["advantages"], want.reshape(-1), lengths):  # one value on each of the row's tokens
+        assert a.numel() == int(n) and torch.allclose(a, w.expand(a.shape), atol=1e-5)
     assert metrics["penalty/mean"] == pytest.approx(float((0.1 * lengths).mean()))
 
 
