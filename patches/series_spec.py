@@ -137,7 +137,7 @@ SEQLEN_05A90D7 = Package(SB, upstream_has=True, adaptations=(
 # new files, taken from the package unchanged
 BALANCER_FILES = tuple(Package(f"mindspeed_rl/utils/{name}.py")
                        for name in ("partition_refine", "partition_exact", "workload", "dist_sync"))
-PLAN = Package("mindspeed_rl/trainer/utils/balance_plan.py")
+PLAN = Package("mindspeed_rl/data/balance_plan.py", dest="mindspeed_rl/trainer/utils/balance_plan.py")
 
 SERIES: Dict[str, List[Step]] = {
     "7466375": [

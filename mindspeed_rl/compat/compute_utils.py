@@ -1,16 +1,15 @@
 """Upstream's reward and advantage stages, one call each over a whole dock.
 
 ``td`` is a ``GRPOTransferDock`` actor handle (or a dock object, called
-in-process). Our trainer runs its own driver stages instead
-(trainer/utils/compute_utils.py: ``compute_rewards``, ``compute_group_advantages``)."""
+in-process). Our trainer runs its own driver stages instead (trainer/driver_stages.py)."""
 from typing import Dict
 
 import ray
 import torch
 
-from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch, value_rows
-from mindspeed_rl.trainer.utils.compute_utils import data_metrics, reward_stats, score_rows
+from mindspeed_rl.algorithms.grpo import compute_group_norm_advantages
+from mindspeed_rl.data.columnar import ColumnBatch, value_rows
+from mindspeed_rl.trainer.utils.reward_stage import data_metrics, reward_stats, score_rows
 
 __all__ = ["compute_advantage", "compute_grpo_data_metrics", "compute_rule_reward", "dock_call", "get_last_reward"]
 

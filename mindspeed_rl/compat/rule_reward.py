@@ -7,7 +7,7 @@ from typing import Dict
 
 from mindspeed_rl.compat.compute_utils import compute_rule_reward, dock_call
 from mindspeed_rl.models.rule_reward import VerifierReward as _Scorer
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.data.driver_dock import DriverDock
 
 
 class RuleReward:

@@ -23,8 +23,8 @@ import ray
 import torch
 from torch import Tensor
 
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock, group_rows
+from mindspeed_rl.data.columnar import ColumnBatch
+from mindspeed_rl.data.driver_dock import DriverDock, group_rows
 
 # upstream's columns of the GRPO dock (a run plan adds its stages' outputs)
 DEFAULT_COLUMNS = [

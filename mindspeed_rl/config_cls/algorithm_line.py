@@ -3,6 +3,24 @@
 from typing import Optional
 
 ALGORITHMS = {None: "GRPO", "ray_grpo": "GRPO", "ray_dapo": "DAPO", "ray_ppo": "PPO"}
+# the registered estimators and policy losses that give a run its own name
+ESTIMATOR_NAMES = {"rloo": "RLOO", "reinforce_plus_plus": "REINFORCE++",
+                   "reinforce_plus_plus_baseline": "REINFORCE++-baseline"}
+LOSS_NAMES = {"gspo": "GSPO", "cispo": "CISPO"}
+
+
+def algorithm_name(plan, stage: Optional[str]) -> str:
+    """GRPO, DAPO or PPO by the stage; a registered estimator or loss of its own (or Dr.GRPO's switches) named
+    instead of GRPO, or after DAPO: 'DAPO + RLOO'."""
+    f, loss = plan.features, plan.worker.loss
+    names = [] if ALGORITHMS[stage] == "GRPO" else [ALGORITHMS[stage]]
+    if f.estimator in ESTIMATOR_NAMES:
+        names.append(ESTIMATOR_NAMES[f.estimator])
+    elif f.estimator == "group_norm" and not plan.advantage.norm_adv_by_std_in_grpo:
+        names.append("Dr.GRPO")
+    if loss.loss_mode in LOSS_NAMES:
+        names.append(LOSS_NAMES[loss.loss_mode])
+    return " + ".join(names) or "GRPO"
 
 
 def algorithm_line(plan, stage: Optional[str]) -> str:
@@ -48,4 +66,5 @@ def algorithm_line(plan, stage: Optional[str]) -> str:
         parts.append("no KL (init_kl_coef 0)")
     parts.append("on-policy (one optimizer step per round)" if f.on_policy
                  else f"{plan.steps_per_iteration} optimizer steps per round")
-    return f"algorithm: {name} (megatron_training.stage={stage or 'ray_grpo'}): " + "; ".join(parts)
+    return (f"algorithm: {algorithm_name(plan, stage)} (megatron_training.stage={stage or 'ray_grpo'}): "
+            + "; ".join(parts))

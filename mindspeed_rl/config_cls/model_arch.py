@@ -26,7 +26,6 @@ FAMILIES = {
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
 }
-MOE_FAMILIES = ("qwen3_moe", "deepseek_v3")
 
 # megatron key -> HF config attribute, every family (init_method_std only builds the tiny checkpoint)
 MAPPED = {

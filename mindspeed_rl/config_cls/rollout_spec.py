@@ -118,7 +118,7 @@ def choose_backend(asked: str, actor_config, device_type: str) -> Tuple[str, str
 
 def rollout_spec(actor_config, generate_config, device_type: Optional[str] = None) -> RolloutSpec:
     """The run's rollout spec (checked, plain values); ``device_type`` defaults to this machine's device."""
-    from mindspeed_rl.config_cls.worker_spec import _flag, _number
+    from mindspeed_rl.config_cls.checks import flag as _flag, number as _number
     if device_type is None:
         from mindspeed_rl.models.device import get_device
         device_type = get_device().type

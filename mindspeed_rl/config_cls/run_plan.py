@@ -474,17 +474,17 @@ def _balance(actor_config, rl_config) -> Optional[BalanceSpec]:
     return BalanceSpec(rl_config.dp_balance_objective, rl_config.dp_balance_method, workload)
 
 
-def features(actor_config, rl_config, spec: WorkerSpec, correction: CorrectionSpec = CorrectionSpec(),
+def features(rl_config, spec: WorkerSpec, train_rows: int, correction: CorrectionSpec = CorrectionSpec(),
              partial: Optional[PartialSpec] = None) -> Features:
-    """What the run does, from the configs: the stage table's rows read it."""
+    """What the run does, from the configs (``train_rows``: the rows the train stages take, build_run_plan's):
+    the stage table's rows read it."""
     ppo = ADV_ESTIMATORS.meta(rl_config.adv_estimator).get("critic", False)
-    rows = (rl_config.filter_groups_train_batch_size if rl_config.filter_groups_enable
-            else actor_config.global_batch_size) * rl_config.n_samples_per_prompt
     kl_in_reward = ppo and bool(rl_config.use_kl_in_reward)
     return Features(dynamic_sampling=bool(rl_config.filter_groups_enable),
                     kl_in_loss=rl_config.init_kl_coef > 0 and not kl_in_reward, kl_in_reward=kl_in_reward,
-                    on_policy=rl_config.mini_batch_size == rows and rl_config.epochs == 1, critic=ppo,
-                    estimator=ADV_ESTIMATORS.canonical(rl_config.adv_estimator), rollout_log_probs=spec.rollout.returns_log_probs,
+                    on_policy=rl_config.mini_batch_size == train_rows and rl_config.epochs == 1, critic=ppo,
+                    estimator=ADV_ESTIMATORS.canonical(rl_config.adv_estimator),
+                    rollout_log_probs=spec.rollout.returns_log_probs,
                     rollout_correction=correction.on and not correction.bypass_mode,
                     bypass=correction.bypass_mode, partial_rollout=partial is not None)
 
@@ -582,7 +582,7 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
         raise PlanError(f"rl_config.mini_batch_size // data parallel size = {mini // dp} must be "
                         f"divisible by micro_batch_size={actor_config.micro_batch_size}")
     partial, correction, spec = _long_tail(actor_config, rl_config, generate_config, spec)
-    feats = features(actor_config, rl_config, spec, correction, partial)
+    feats = features(rl_config, spec, rows, correction, partial)
     critic = _critic(critic_config, rl_config, generate_config, mini, rows) if feats.critic else None
     _check_update_dispatch(rl_config.actor_update_dispatch_size, layout, actor_config, mini, rows)
     layouts = {"actor": layout, "ref": layout, "critic": critic.layout if critic else None}

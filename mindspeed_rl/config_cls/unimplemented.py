@@ -193,7 +193,6 @@ KEYS: List[Key] = [
 ]
 
 # keys checked in the run plan instead (they change the layout): PP, CP, EP, infer PP
-TABLE_SECTIONS = ("rl_config", "megatron_training", "generate_config", "sampling_config")
 
 
 def _values(section, actor_config, rl_config, generate_config):

@@ -4,12 +4,12 @@ The driver keeps the config objects; each worker gets only the run plan,
 whose ``worker`` field is the ``WorkerSpec`` built here. The layout, the RL
 seed, the timeouts and the stages stay in the run plan itself.
 """
-import math
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 from mindspeed_rl.algorithms import POLICY_LOSSES
 from mindspeed_rl.algorithms.aggregation import check_mode
+from mindspeed_rl.config_cls.checks import flag as _flag, number as _number, text as _text
 from mindspeed_rl.config_cls.rollout_spec import RolloutSpec, rollout_spec
 from mindspeed_rl.config_cls.stages import OLD, REF, TRAIN, VALUES
 
@@ -87,36 +87,6 @@ class WorkerSpec:
     micro_batches: MicroBatchSpec
     loss: LossSpec
     rollout: RolloutSpec = field(default_factory=lambda: RolloutSpec("hf", "default"))
-
-
-def _number(name, value, kind, optional=False, positive=False):
-    """``value`` as a plain ``kind`` (int or float), or a ValueError naming ``name``."""
-    if value is None and optional:
-        return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and kind is int:
-        ok = float(value).is_integer()
-    if ok and kind is float:
-        ok = math.isfinite(value)
-    if ok and positive:
-        ok = value > 0
-    if not ok:
-        what = {int: "an int", float: "a finite number"}[kind]
-        raise ValueError(f"{name}={value!r} must be {what}{' > 0' if positive else ''}"
-                         f"{' or unset' if optional else ''}")
-    return kind(value)
-
-
-def _flag(name, value) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name}={value!r} must be true or false")
-    return value
-
-
-def _text(name, value) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{name}={value!r} must be a string")
-    return value
 
 
 def _agg_mode(rl, token_level: bool) -> str:

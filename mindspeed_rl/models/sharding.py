@@ -370,11 +370,6 @@ def local_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(local(t).numel() * local(t).element_size() for t in tensors)
 
 
-def optimizer_state_bytes(optimizer) -> int:
-    return local_bytes(v for state in optimizer.state.values() for v in state.values()
-                       if torch.is_tensor(v) and v.dim() > 0)
-
-
 def _copies(tensor: torch.Tensor, world: int) -> int:
     """Ranks (of ``world``) holding the same local values: a DTensor's shard is unique over its
     Shard dims and repeated over the rest of the world; a plain tensor is the same everywhere."""

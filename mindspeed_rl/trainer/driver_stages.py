@@ -9,8 +9,9 @@ from mindspeed_rl.algorithms import DRIVER_STAGES, get_adv_estimator_fn, registe
 from mindspeed_rl.algorithms.gae import token_level_rewards
 from mindspeed_rl.algorithms.masked import masked_mean, pad_rows
 from mindspeed_rl.trainer.utils import correction_stage, ppo_stages
-from mindspeed_rl.trainer.utils.columnar import unpadded_rows
-from mindspeed_rl.trainer.utils.compute_utils import advantage_stats, compute_rewards as reward_stage, put_columns
+from mindspeed_rl.data.columnar import unpadded_rows
+from mindspeed_rl.data.driver_dock import put_columns
+from mindspeed_rl.trainer.utils.reward_stage import advantage_stats, compute_rewards as reward_stage
 
 
 @register_stage("compute_rewards")

@@ -16,7 +16,7 @@ import torch
 from mindspeed_rl.algorithms import register_stage
 from mindspeed_rl.config_cls.stages import FILTER_METRIC
 from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics, sum_by_rank
-from mindspeed_rl.trainer.utils.transfer_dock import group_rows
+from mindspeed_rl.data.driver_dock import group_rows
 
 
 def kept_groups(metric: torch.Tensor, n_samples: int) -> torch.Tensor:

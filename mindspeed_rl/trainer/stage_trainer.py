@@ -14,9 +14,9 @@ from tqdm import tqdm
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, ROLLOUT, TRAIN
 from mindspeed_rl.trainer import driver_stages, dynamic_sampling, partial_rollout  # noqa: F401  (registers)
 from mindspeed_rl.trainer.stage_runner import StageRunner
-from mindspeed_rl.trainer.utils.compute_utils import AdaptiveKLController, FixedKLController
+from mindspeed_rl.algorithms.kl import AdaptiveKLController, FixedKLController
 from mindspeed_rl.trainer.utils.reward_guard import RewardGuard
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.utils.checkpoint import Checkpointer
 from mindspeed_rl.utils.loggers import MetricsLogger
 from mindspeed_rl.utils.metrics import balance_key, plan_balance_metrics, rank_balance_metrics
@@ -228,8 +228,9 @@ class StageTableTrainer:
         return runner.run(stages, self, iteration=iteration, kl_coef=self._loss_kl_coef())
 
     def _loss_kl_coef(self) -> float:
-        """The actor loss's KL coefficient: none when the KL is taken from the rewards (PPO use_kl_in_reward)."""
-        return 0.0 if self.run_plan.features.kl_in_reward else self.kl_ctrl.value
+        """The actor loss's KL coefficient: none unless the plan puts the KL in the loss (not with init_kl_coef 0,
+        nor when PPO's use_kl_in_reward takes it from the rewards)."""
+        return self.kl_ctrl.value if self.run_plan.features.kl_in_loss else 0.0
 
     def finish_step(self, iteration: int, metrics: Dict[str, float], results: List[Dict[str, float]],
                      start: float):
@@ -270,7 +271,7 @@ class StageTableTrainer:
         try:
             folder = checkpointer.save(iteration, self.state_dict(iteration))
         except Exception as err:  # noqa: BLE001  (one line; the tracker was not touched)
-            from mindspeed_rl.workers.scheduler.launcher import brief
+            from mindspeed_rl.utils.error_cause import brief
             before = (f"iteration {self.last_saved}" if self.last_saved is not None else "no iteration")
             raise CheckpointSaveError(f"saving iteration {iteration} into {self.save_dir!r} failed: {brief(err)}; "
                                       f"the checkpoint tracker still names {before}") from err

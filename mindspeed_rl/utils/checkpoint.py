@@ -21,6 +21,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 import torch
+from mindspeed_rl.utils.run_lock import pid_alive
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STATE = "trainer_state.json"
@@ -260,16 +261,6 @@ def _owner() -> str:
     return f"{socket.gethostname().replace('-', '_')}-{os.getpid()}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_partial_saves(root: str) -> list:
     """Remove ``.tmp-*`` / ``.old-*`` folders left in ``root`` by a save whose
     process (on this host) is gone, e.g. a driver killed mid-save; a live
@@ -280,7 +271,7 @@ def remove_stale_partial_saves(root: str) -> list:
         parts = name.split("-")
         if not (name.startswith((".tmp-iter_", ".old-iter_")) and len(parts) == 5 and parts[3].isdigit()):
             continue
-        if parts[2] == host and not _alive(int(parts[3])):
+        if parts[2] == host and not pid_alive(int(parts[3])):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
             removed.append(name)
             print(f"removed a partial save left by a stopped run: {os.path.join(root, name)}", flush=True)

@@ -1,5 +1,4 @@
 """Collective helpers shared by workers (kept out of the pure balancer)."""
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -35,13 +34,3 @@ def sync_micro_batch_count(count: int, group=None) -> int:
     """Largest micro-batch count over ``group`` (all_reduce MAX), so that every
     data-parallel rank runs the same number of forward/backward passes."""
     return int(all_reduce_scalar(int(count), "max", group))
-
-
-def broadcast_object(obj: Any, src: int, group=None) -> Any:
-    """``obj`` from global rank ``src`` to every rank of ``group`` (any
-    backend: pickled through the group's device)."""
-    if not _active(group):
-        return obj
-    box = [obj if dist.get_rank() == src else None]
-    dist.broadcast_object_list(box, src=src, group=group, device=group_device(group))
-    return box[0]

@@ -6,6 +6,7 @@ is the flattened traceback of each rank; torch's C++ writer turns a full disk in
 the rank's own exception and, where one is in its chain, the OS error that started it."""
 import errno
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from typing import Optional
@@ -83,3 +84,25 @@ def named_failure(action: str, folder: str, error_cls=RuntimeError):
         raise
     except BaseException as err:  # noqa: BLE001
         raise error_cls(f"{action} {folder!r} failed: {failure_text(folder, err)}") from err
+
+
+BRIEF_CHARS = 600
+
+
+def brief(err: BaseException) -> str:
+    """A rank's error in one line: the remote exception itself, not Ray's
+    traceback around it, cut to about ``BRIEF_CHARS``."""
+    import ray  # a rank's errors reach the driver wrapped by Ray
+    inner = getattr(err, "cause", None) if isinstance(err, ray.exceptions.RayTaskError) else None
+    if isinstance(inner, BaseException):
+        err = inner
+    if isinstance(err, ray.exceptions.RayActorError):
+        raw = str(err)
+        cls, pid = re.search(r"class_name:\s*(\S+)", raw), re.search(r"\bpid:\s*(\d+)", raw)
+        who = f"actor {cls.group(1)}" if cls else "a Ray actor"
+        text = f"{who}{f' (pid {pid.group(1)})' if pid else ''} died ({type(err).__name__})"
+    else:
+        text = cause(err)  # a DCP failure as the rank's own error, a full disk as the OS error
+    text = " ".join(text.split())
+    # cut in the middle: the cause is usually at the end
+    return text if len(text) <= BRIEF_CHARS else text[:BRIEF_CHARS // 3] + " ... " + text[-(2 * BRIEF_CHARS // 3):]

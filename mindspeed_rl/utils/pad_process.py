@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mindspeed_rl.models.packing import pad_sequences
+from mindspeed_rl.utils.padding import pad_sequences
 
 
 def remove_padding_and_split_to_list(responses: Tensor, eos_token_id: int, pad_token_id: int,

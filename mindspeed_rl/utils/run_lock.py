@@ -42,7 +42,8 @@ def _read_owner(fd: int) -> Optional[dict]:
     return owner if isinstance(owner, dict) else None
 
 
-def _alive(pid) -> bool:
+def pid_alive(pid) -> bool:
+    """Whether process ``pid`` of this host runs (one we may not signal counts as running)."""
     if not isinstance(pid, int):
         return False
     try:
@@ -95,7 +96,7 @@ class RunLock:
                                    f"here: give this run its own folder, or, if that run has ended, delete "
                                    f"{self.path} and start again")
             self.took_over = previous
-            state = "its pid is not running" if not _alive(previous.get("pid")) else \
+            state = "its pid is not running" if not pid_alive(previous.get("pid")) else \
                 "its pid runs now but does not hold the lock (another process)"
             print(f"note: {self.what} {self.folder!r}: a run left its lock without releasing it "
                   f"({_owner_text(previous)}; {state}); taken over", flush=True)

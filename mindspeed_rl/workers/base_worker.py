@@ -10,10 +10,10 @@ import torch
 import torch.distributed as dist
 from transformers.utils import logging as hf_logging
 
-from mindspeed_rl.compat.workers import UpstreamWorkerIO
+from mindspeed_rl.workers.upstream_io import UpstreamWorkerIO
 from mindspeed_rl.config_cls.base_config import BaseConfig
 from mindspeed_rl.models.device import get_device, get_dist_backend
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch, cpu_batch
+from mindspeed_rl.data.columnar import ColumnBatch, cpu_batch
 from mindspeed_rl.workers.parallel_state import ParallelState
 from mindspeed_rl.utils.rollout_queue import LocalSource, RolloutQueue
 from mindspeed_rl.workers.rollout_source import RaySource
@@ -27,7 +27,7 @@ class BaseWorker(UpstreamWorkerIO):
     and its ``worker`` spec (engine, optimizer, sampling, micro-batches, loss);
     the config objects stay in the driver. Upstream's dock methods
     (``init_transfer_dock``, ``collect_transfer_dock_data``) come from
-    ``compat.workers.UpstreamWorkerIO``."""
+    ``workers.upstream_io.UpstreamWorkerIO``."""
 
     def __init__(self, rank: int, world_size: int, run_plan, **kwargs):
         if run_plan is None or not hasattr(run_plan, "worker"):

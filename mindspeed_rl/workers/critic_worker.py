@@ -11,7 +11,6 @@ from mindspeed_rl.config_cls.stages import CRITIC_TRAIN, VALUES
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.loss.value_loss import value_loss
 from mindspeed_rl.utils.checkpoint import CRITIC_DCP_DIR, CRITIC_RNG_DIR
-from mindspeed_rl.utils.dist_sync import all_reduce_scalar
 from mindspeed_rl.workers.engine_worker import EngineWorker, sequence_lengths
 
 
@@ -44,10 +43,6 @@ class CriticWorker(EngineWorker):
     def _train_mini_batch(self, batch) -> Dict[str, float]:
         spec = self.run_plan.worker
         token_level = spec.loss.agg_mode == "token-mean"  # else one weight per sequence
-        local = sum(r.numel() for r in batch["responses"]) if token_level else len(batch["responses"])
-        count = all_reduce_scalar(float(local), "sum", self.parallel_state.dp_group)
-        parts = self._micro_batches(sequence_lengths(batch), spec.micro_batches.size(CRITIC_TRAIN.micro_batch_key),
-                                    sync=True)
 
         def loss_fn(idx, vpreds, _):
             pred = pad_sequence(vpreds, batch_first=True)
@@ -56,8 +51,9 @@ class CriticWorker(EngineWorker):
                               batch.padded("returns", idx).to(pred.device), mask,
                               spec.loss.cliprange_value, token_level=token_level)
 
-        return self.critic.train_step(batch["prompts"], batch["responses"], parts, loss_fn, count,
-                                      dp_size=self.parallel_state.dp_size, with_entropy=False)
+        kept = [r.numel() for r in batch["responses"]]
+        return self._mini_batch_step(self.critic, batch, kept, loss_fn, CRITIC_TRAIN.micro_batch_key,
+                                     "token-mean" if token_level else "seq-mean-token-mean", with_entropy=False)
 
     # ------------------------------------------------------------ checkpoints
 

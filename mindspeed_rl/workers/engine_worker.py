@@ -9,9 +9,10 @@ from typing import Dict, List
 import numpy as np
 import torch
 
+from mindspeed_rl.algorithms.aggregation import denominator
 from mindspeed_rl.models.lr_schedule import lr_at
 from mindspeed_rl.utils.checkpoint import CheckpointError, capture_rng, restore_rng
-from mindspeed_rl.utils.dist_sync import sync_micro_batch_count
+from mindspeed_rl.utils.dist_sync import all_reduce_scalar, sync_micro_batch_count
 from mindspeed_rl.utils.error_cause import failure_text, named_failure
 from mindspeed_rl.utils.seqlen_balancing import rearrange_micro_batches
 from mindspeed_rl.utils.utils import seed_all
@@ -79,6 +80,18 @@ class EngineWorker(BaseWorker):
         if sync:
             count = sync_micro_batch_count(count, self.parallel_state.dp_group)
         return [chunk.tolist() for chunk in np.array_split(np.arange(n), count)]
+
+    def _mini_batch_step(self, engine, batch, kept: List[float], loss_fn, micro_batch_key: str, agg_mode: str,
+                         **kwargs) -> Dict[str, float]:
+        """One optimizer step over this rank's share of a mini-batch, the actor's and the critic's alike: the
+        ``agg_mode`` denominator over every DP rank (``kept``: each row's tokens in the loss), micro-batches as
+        many on every rank, the engine's step (``loss_fn(idx, outputs, entropy)`` -> (summed loss, metrics))."""
+        local = denominator(kept, agg_mode, self.run_plan.worker.loss.horizon)
+        count = all_reduce_scalar(float(local), "sum", self.parallel_state.dp_group)
+        parts = self._micro_batches(sequence_lengths(batch), self.run_plan.worker.micro_batches.size(micro_batch_key),
+                                    sync=True)
+        return engine.train_step(batch["prompts"], batch["responses"], parts, loss_fn, count,
+                                 dp_size=self.parallel_state.dp_size, **kwargs)
 
     def _timing(self, stage: str, start: float, lengths: List[int] = (), load: bool = True) -> Dict[str, float]:
         """Stage time, tokens and workload (the balance objective) this rank processed (``load``: the

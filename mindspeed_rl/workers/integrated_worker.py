@@ -8,14 +8,12 @@ from torch.nn.utils.rnn import pad_sequence
 
 from mindspeed_rl.config_cls.stages import (IS_WEIGHTS, OLD, REF, RESPONSE_MASK, ROLLOUT, ROLLOUT_BUDGET,
                                            ROLLOUT_LOG_PROBS, TRAIN)
-from mindspeed_rl.models.causal_lm import CausalLMEngine
-from mindspeed_rl.algorithms.aggregation import denominator
 from mindspeed_rl.algorithms.policy_loss import actor_loss
+from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.rollout import make_backend
 from mindspeed_rl.models.rollout.drift import rollout_drift
 from mindspeed_rl.utils.checkpoint import DCP_DIR, RNG_DIR
 from mindspeed_rl.utils.error_cause import named_failure
-from mindspeed_rl.utils.dist_sync import all_reduce_scalar
 from mindspeed_rl.workers.engine_worker import EngineWorker, sequence_lengths as _lengths
 
 
@@ -122,25 +120,22 @@ class IntegratedWorker(EngineWorker):
         balanced by the dock), ``epochs`` passes, one optimizer step per mini-batch."""
         start = time.perf_counter()
         plan = self.run_plan
-        on_policy = not plan.computes_old_log_prob
         metrics = []
         for _ in range(plan.epochs):
             for batch in batches:
-                metrics.append(self._train_mini_batch(batch, kl_coef, on_policy))
+                metrics.append(self._train_mini_batch(batch, kl_coef))
         out = {k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]} if metrics else {}
         out.update(self._timing(TRAIN.name, start, [n for b in batches for n in _lengths(b)]))
         self.rollout.weights_changed()  # the next rollout samples from the updated policy
         return out, None
 
-    def _train_mini_batch(self, batch, kl_coef, skip_actor_log_prob) -> Dict[str, float]:
+    def _train_mini_batch(self, batch, kl_coef) -> Dict[str, float]:
         rl = self.run_plan.worker.loss
+        # no old log-probs stage (on-policy, the plan's one decision): this pass's own log-probs are the old ones
+        own_old = not self.run_plan.computes_old_log_prob
         # the loss divides by the mini-batch's tokens or sequences (loss_agg_mode), over all DP ranks
         kept = ([int(m.sum()) for m in batch[RESPONSE_MASK]] if RESPONSE_MASK in batch  # rejected tokens are out
                 else [r.numel() for r in batch["responses"]])
-        local = denominator(kept, rl.agg_mode, rl.horizon)
-        token_count = all_reduce_scalar(float(local), "sum", self.parallel_state.dp_group)
-        parts = self._micro_batches(_lengths(batch), self.run_plan.worker.micro_batches.size(TRAIN.micro_batch_key),
-                                    sync=True)
         bypass = self.run_plan.features.bypass
 
         def loss_fn(idx, log_probs, entropy):
@@ -151,7 +146,7 @@ class IntegratedWorker(EngineWorker):
             if bypass:  # rollout correction's bypass mode: the engine's log-probs are the old ones
                 old = batch.padded(ROLLOUT_LOG_PROBS, idx).to(lp)
             else:
-                old = lp.detach() if skip_actor_log_prob else batch.padded(OLD.outputs[0], idx).to(lp.device)
+                old = lp.detach() if own_old else batch.padded(OLD.outputs[0], idx).to(lp.device)
             weights = batch.padded(IS_WEIGHTS, idx).to(lp) if IS_WEIGHTS in batch else None
             ref = batch.padded(REF.outputs[0], idx).to(lp.device) if self.ref is not None else None
             ent = pad_sequence(entropy, batch_first=True) if entropy is not None else None
@@ -169,12 +164,11 @@ class IntegratedWorker(EngineWorker):
             trainer_lp.update(zip(idx, (lp.detach().float().cpu() for lp in log_probs)))
             return loss_fn(idx, log_probs, entropy)
 
-        fn = tracked_loss_fn if drift and skip_actor_log_prob else loss_fn
-        metrics = self.actor.train_step(batch["prompts"], batch["responses"], parts, fn, token_count,
-                                        dp_size=self.parallel_state.dp_size, with_entropy=rl.entropy_coeff > 0,
-                                        temperature=self._temperature())
+        fn = tracked_loss_fn if drift and own_old else loss_fn
+        metrics = self._mini_batch_step(self.actor, batch, kept, fn, TRAIN.micro_batch_key, rl.agg_mode,
+                                        with_entropy=rl.entropy_coeff > 0, temperature=self._temperature())
         if drift:
-            trainer = ([trainer_lp[i] for i in range(len(batch["responses"]))] if skip_actor_log_prob
+            trainer = ([trainer_lp[i] for i in range(len(batch["responses"]))] if own_old
                        else [t.float() for t in batch[OLD.outputs[0]]])
             metrics.update(rollout_drift(batch[ROLLOUT_LOG_PROBS], trainer))
         return metrics

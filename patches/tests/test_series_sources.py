@@ -49,8 +49,8 @@ def test_check_passes_on_committed_tree():
                          ids=[f"{c}/{p.path.rsplit('/', 1)[1]}" for c, _, p in PACKAGE_FILES])
 def test_package_file_is_post_image(commit, step, pkg):
     patch = PATCHES / "mindspeed-rl" / commit / f"{step.name}.patch"
-    section = build_series.split_sections(patch.read_text(encoding="utf-8"))[pkg.path]
-    old = build_series.old_from_section(section, pkg.path)
+    section = build_series.split_sections(patch.read_text(encoding="utf-8"))[pkg.target]
+    old = build_series.old_from_section(section, pkg.target)
     assert (old is not None) == pkg.upstream_has
     if old is not None:
         assert "\n@@ -1," in section, "not one whole-file hunk"
@@ -101,4 +101,7 @@ def test_adaptations_declared_once_each():
     assert {pkg.path for _, _, pkg in PACKAGE_FILES} == {
         "mindspeed_rl/utils/seqlen_balancing.py", "mindspeed_rl/utils/partition_refine.py",
         "mindspeed_rl/utils/partition_exact.py", "mindspeed_rl/utils/workload.py",
-        "mindspeed_rl/utils/dist_sync.py", "mindspeed_rl/trainer/utils/balance_plan.py"}
+        "mindspeed_rl/utils/dist_sync.py", "mindspeed_rl/data/balance_plan.py"}
+    # the plan lands at upstream's path of the dock's helpers
+    assert {pkg.target for _, _, pkg in PACKAGE_FILES if pkg.path.endswith("balance_plan.py")} == {
+        "mindspeed_rl/trainer/utils/balance_plan.py"}

@@ -2,7 +2,7 @@
 (upstream's dock and stage adapters come from mindspeed_rl.compat)."""
 from mindspeed_rl._lazy import lazy_exports
 
-_COMPUTE = "mindspeed_rl.trainer.utils.compute_utils"
+_COMPUTE = "mindspeed_rl.algorithms.kl"
 _COMPAT_COMPUTE = "mindspeed_rl.compat.compute_utils"
 _COMPAT_DOCK = "mindspeed_rl.compat.transfer_dock"
 _EXPORTS = {
@@ -13,7 +13,7 @@ _EXPORTS = {
     "compute_grpo_data_metrics": _COMPAT_COMPUTE,
     "TransferDock": _COMPAT_DOCK,
     "GRPOTransferDock": _COMPAT_DOCK,
-    "DriverDock": "mindspeed_rl.trainer.utils.transfer_dock",
+    "DriverDock": "mindspeed_rl.data.driver_dock",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -9,8 +9,8 @@ import torch
 
 from mindspeed_rl.config_cls.stages import IS_WEIGHTS, RESPONSE_MASK, ROLLOUT_LOG_PROBS
 from mindspeed_rl.models.loss.rollout_correction import correct
-from mindspeed_rl.trainer.utils.advantages import pad_rows
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch, unpadded_rows
+from mindspeed_rl.algorithms.masked import pad_rows
+from mindspeed_rl.data.columnar import ColumnBatch, unpadded_rows
 
 
 def compute_rollout_correction(td, stage, spec) -> Dict[str, float]:

@@ -8,8 +8,8 @@ import torch
 
 from mindspeed_rl.algorithms import gae as adv
 from mindspeed_rl.algorithms.masked import masked_mean, pad_rows
-from mindspeed_rl.trainer.utils.columnar import unpadded_rows
-from mindspeed_rl.trainer.utils.compute_utils import put_columns
+from mindspeed_rl.data.columnar import unpadded_rows
+from mindspeed_rl.data.driver_dock import put_columns
 
 
 def _scores(batch) -> torch.Tensor:

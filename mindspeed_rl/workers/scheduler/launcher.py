@@ -4,7 +4,6 @@ It only sends commands: a stage's rows come from the caller (the stage runner,
 trainer/stage_runner.py, which owns the dock's dispatch and put)."""
 import math
 import os
-import re
 import time
 from typing import Any, Dict, List, Optional, Tuple, Type
 
@@ -12,31 +11,12 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from mindspeed_rl.compat.workers import UpstreamGroupIO
-from mindspeed_rl.utils.error_cause import cause as root_cause_text
+from mindspeed_rl.utils.error_cause import BRIEF_CHARS, brief  # noqa: F401  (the launcher's names too)
 from mindspeed_rl.utils.rollout_queue import RolloutQueue
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.parallel_state import ParallelState
+from mindspeed_rl.workers.upstream_io import UpstreamGroupIO
 
-BRIEF_CHARS = 600
-
-
-def brief(err: BaseException) -> str:
-    """A rank's error in one line: the remote exception itself, not Ray's
-    traceback around it, cut to about ``BRIEF_CHARS``."""
-    cause = getattr(err, "cause", None) if isinstance(err, ray.exceptions.RayTaskError) else None
-    if isinstance(cause, BaseException):
-        err = cause
-    if isinstance(err, ray.exceptions.RayActorError):
-        raw = str(err)
-        cls, pid = re.search(r"class_name:\s*(\S+)", raw), re.search(r"\bpid:\s*(\d+)", raw)
-        who = f"actor {cls.group(1)}" if cls else "a Ray actor"
-        text = f"{who}{f' (pid {pid.group(1)})' if pid else ''} died ({type(err).__name__})"
-    else:
-        text = root_cause_text(err)  # a DCP failure as the rank's own error, a full disk as the OS error
-    text = " ".join(text.split())
-    # cut in the middle: the cause is usually at the end
-    return text if len(text) <= BRIEF_CHARS else text[:BRIEF_CHARS // 3] + " ... " + text[-(2 * BRIEF_CHARS // 3):]
 
 
 def _accelerator() -> Optional[str]:
@@ -278,7 +258,7 @@ class RayActorGroup(UpstreamGroupIO):
 
     def run_queued_stage(self, group, queued, **context) -> Tuple[List[Dict[str, float]], list]:
         """Serve the queued stage of ``group`` (trainer.stage_runner.StageGroup, one stage) on the round
-        ``queued`` (trainer.utils.transfer_dock.QueueRound): its rows go into this group's queue, their inputs
+        ``queued`` (data.driver_dock.QueueRound): its rows go into this group's queue, their inputs
         into Ray's object store once, and every rank takes rows until the queue is drained. Returns every
         rank's metrics and, per consumer that returns rows, (output columns, trace)."""
         stage = self.run_plan.stages[group.names[0]]

@@ -5,9 +5,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mindspeed_rl.compat import compute_utils, rule_reward, workers
+from mindspeed_rl.compat import compute_utils, rule_reward
+from mindspeed_rl.workers import upstream_io as workers
 from mindspeed_rl.compat.rule_reward import RuleReward
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.data.driver_dock import DriverDock
 
 
 class Remote:

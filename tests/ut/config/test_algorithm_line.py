@@ -49,3 +49,20 @@ def test_ppo(in_reward, kl):
                  "rl_config.kl_penalty=kl", "rl_config.gamma=0.99") == (
         "algorithm: PPO (megatron_training.stage=ray_ppo): critic DP=2 TP=1, GAE gamma=0.99 lam=0.95, value clip "
         f"0.5; clip 0.2; token-level loss; {kl}; 2 optimizer steps per round")
+
+
+@pytest.mark.parametrize("overrides, name, says", [
+    (["rl_config.adv_estimator=rloo"], "RLOO", "advantages rloo over 4 samples"),
+    (["rl_config.adv_estimator=grpo", "rl_config.norm_adv_by_std_in_grpo=false",
+      "rl_config.loss_agg_mode=seq-mean-token-sum-norm", "rl_config.loss_scale_factor=12"], "Dr.GRPO",
+     "advantages group_norm without std (Dr.GRPO) over 4 samples per prompt; clip 0.2; loss "
+     "seq-mean-token-sum-norm over 12 tokens;"),
+    (["rl_config.loss_mode=cispo", "rl_config.clip_higher_enable=true", "rl_config.clip_ratio_low=1.0"], "CISPO",
+     "clip-higher (1, 0.1); policy loss cispo; token-level loss"),
+    (["megatron_training.stage=ray_dapo", "rl_config.adv_estimator=reinforce_plus_plus_baseline",
+      "rl_config.loss_mode=gspo", "rl_config.loss_agg_mode=seq-mean-token-sum"], "DAPO + REINFORCE++-baseline + GSPO",
+     "policy loss gspo; loss seq-mean-token-sum;"),
+])
+def test_a_registered_algorithm_names_the_run(overrides, name, says):
+    line = _line(GRPO, *overrides)
+    assert line.startswith(f"algorithm: {name} (megatron_training.stage=") and says in line

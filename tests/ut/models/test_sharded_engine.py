@@ -65,7 +65,8 @@ def _rank_result(rank, dp, tp, fsdp, model_dir):
     weights = engine.state_dict_for_save()
     params = list(engine.module.parameters())
     sizes = {"params": sharding.local_bytes(params),
-             "optimizer": sharding.optimizer_state_bytes(engine.optimizer),
+             "optimizer": sharding.local_bytes(v for state in engine.optimizer.state.values() for v in state.values()
+                                                  if torch.is_tensor(v) and v.dim() > 0),
              "planned": 4 * sum(sharding.planned_local_numel(n, tuple(p.shape), dp, tp, dp_rank, rank % tp, fsdp)
                                 for n, p in engine.module.named_parameters())}
     log_probs, _ = engine.log_probs(prompts, responses, [[0, 1, 2], [3, 4, 5, 6, 7]])

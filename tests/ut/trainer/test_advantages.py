@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from mindspeed_rl.models.loss.grpo_loss import kl_penalty
-from mindspeed_rl.trainer.utils.columnar import unpadded_rows
+from mindspeed_rl.data.columnar import unpadded_rows
 from mindspeed_rl.trainer.utils.advantages import (
     compute_gae_advantage_return,
     kl_in_reward,

@@ -8,7 +8,7 @@ import torch
 
 from mindspeed_rl.trainer.utils.advantages import (compute_gae_advantage_return, kl_in_reward, masked_mean,
                                                    masked_var, masked_whiten, pad_rows, token_level_rewards)
-from mindspeed_rl.trainer.utils.columnar import row_views, unpadded_rows
+from mindspeed_rl.data.columnar import row_views, unpadded_rows
 
 
 def test_pad_rows_of_nothing():

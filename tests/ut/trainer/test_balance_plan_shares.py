@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.trainer.utils.balance_plan import BalancePlanner
+from mindspeed_rl.data.balance_plan import BalancePlanner
 from mindspeed_rl.utils.metrics import Metric
 from mindspeed_rl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 from mindspeed_rl.utils.workload import WorkloadModel

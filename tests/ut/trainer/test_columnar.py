@@ -4,7 +4,7 @@ import pickle
 import pytest
 import torch
 
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch, ColumnStore, flatten_rows
+from mindspeed_rl.data.columnar import ColumnBatch, ColumnStore, flatten_rows
 from mindspeed_rl.utils.token_ids import token_ids
 
 
@@ -122,8 +122,8 @@ def test_shapes_and_dtypes():
 
 
 def test_a_length_column_is_stored_once_and_served_as_rows():
-    from mindspeed_rl.trainer.utils.columnar import LengthStore
-    from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+    from mindspeed_rl.data.columnar import LengthStore
+    from mindspeed_rl.data.driver_dock import DriverDock
     dock = DriverDock(2, 2, experience_columns=["prompts", "prompt_length", "response_length"])
     dock.put_prompts_experience({"prompts": [torch.ones(3, dtype=torch.int32), torch.ones(5, dtype=torch.int32)]})
     store = dock.experience_data["prompt_length"]
@@ -137,7 +137,7 @@ def test_a_length_column_is_stored_once_and_served_as_rows():
 
 
 def test_a_batch_from_buffers_makes_row_views_only_when_read():
-    from mindspeed_rl.trainer.utils.columnar import tensor_rows, value_rows
+    from mindspeed_rl.data.columnar import tensor_rows, value_rows
     adv = torch.tensor([0.5, -1.0, 2.0, 4.0])
     lp = [torch.tensor([-1.0, -2.0]), torch.tensor([-3.0]), torch.tensor([-4.0, -5.0, -6.0]), torch.tensor([-7.0])]
     batch = ColumnBatch(flat={"advantages": value_rows(adv), "old": flatten_rows("old", lp),

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from mindspeed_rl.trainer.utils.columnar import (ColumnBatch, ColumnStore, LengthStore, flatten_rows,
+from mindspeed_rl.data.columnar import (ColumnBatch, ColumnStore, LengthStore, flatten_rows,
                                                  unpadded_rows, value_rows)
 
 

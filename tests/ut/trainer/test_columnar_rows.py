@@ -5,7 +5,7 @@ import pickle
 import pytest
 import torch
 
-from mindspeed_rl.trainer.utils.columnar import (ColumnBatch, ColumnStore, LengthStore, cpu_batch, flatten_rows,
+from mindspeed_rl.data.columnar import (ColumnBatch, ColumnStore, LengthStore, cpu_batch, flatten_rows,
                                                  row_views, slice_rows, tensor_rows, unpadded_rows, value_rows)
 
 

@@ -9,8 +9,8 @@ import torch
 from mindspeed_rl.config_cls.run_plan import OverlongSpec, StagePlan
 from mindspeed_rl.config_cls.stages import FILTER_METRIC, GROUP_ADV, REWARD
 from mindspeed_rl.trainer.utils import compute_utils as cu
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch, unpadded_rows
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.data.columnar import ColumnBatch, unpadded_rows
+from mindspeed_rl.data.driver_dock import DriverDock
 
 
 class Fn:
@@ -29,6 +29,18 @@ class Fn:
     def __call__(self, responses, labels):
         self.calls.append(([t.tolist() for t in responses], [t.tolist() for t in labels]))
         return self.scores
+
+
+def run_advantage(dock, stage, n_samples):
+    """The advantage stage's registered function with the run's default estimator (group_norm), on ``dock``."""
+    from types import SimpleNamespace
+
+    from mindspeed_rl.algorithms.spec import AdvantageSpec
+    from mindspeed_rl.trainer.driver_stages import compute_advantage
+    trainer = SimpleNamespace(transfer_dock=dock, iteration=1,
+                              run_plan=SimpleNamespace(advantage=AdvantageSpec(), n_samples=n_samples),
+                              reward_guard=SimpleNamespace(check_advantages=lambda *a: None))
+    return compute_advantage(trainer, stage)
 
 
 def test_adaptive_kl_scales_by_the_relative_error_steps_and_horizon():
@@ -179,7 +191,7 @@ def test_group_advantages_are_normalised_within_each_group_and_reported():
     dock, _ = _reward_dock([1, 1, 1, 1, 1, 1], n=3)
     cu.put_columns(dock, {"rm_scores": torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0, 5.0])}, list(range(6)))
     stage = StagePlan(GROUP_ADV.name, 6, 1, False, stage=GROUP_ADV, inputs=GROUP_ADV.inputs)
-    stats = cu.compute_group_advantages(dock, stage, 3)
+    stats = run_advantage(dock, stage, 3)
     adv = _column(dock, "advantages")
     assert adv[:3] == pytest.approx([-1.0, 0.0, 1.0], abs=1e-5)  # (x - mean) / (std + eps), std = 1
     assert adv[3:] == [0.0, 0.0, 0.0]  # an all-equal group has no signal

@@ -6,9 +6,21 @@ from mindspeed_rl.compat.transfer_dock import PullDock as Dock
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.stages import GROUP_ADV, REWARD
 from mindspeed_rl.trainer.utils import compute_utils
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.data.driver_dock import DriverDock
 
 COLS = ["prompts", "responses", "prompt_length", "response_length"]
+
+
+def run_advantage(dock, stage, n_samples):
+    """The advantage stage's registered function with the run's default estimator (group_norm), on ``dock``."""
+    from types import SimpleNamespace
+
+    from mindspeed_rl.algorithms.spec import AdvantageSpec
+    from mindspeed_rl.trainer.driver_stages import compute_advantage
+    trainer = SimpleNamespace(transfer_dock=dock, iteration=1,
+                              run_plan=SimpleNamespace(advantage=AdvantageSpec(), n_samples=n_samples),
+                              reward_guard=SimpleNamespace(check_advantages=lambda *a: None))
+    return compute_advantage(trainer, stage)
 
 
 def _ready(dock, rows, lengths):
@@ -59,18 +71,22 @@ def test_rewards_stage_combines_every_reward_with_its_weight_in_row_order():
     by_length = Weighted(lambda resp, labels: torch.tensor([float(r.numel()) for r in resp]), 0.5)
     by_label = Weighted(lambda resp, labels: torch.tensor([float(int(x)) for x in labels]), 2.0)
     metrics = compute_utils.compute_rewards(dock, plan.stages[REWARD.name], [by_length, by_label])
-    adv_metrics = compute_utils.compute_group_advantages(dock, plan.stages[GROUP_ADV.name], plan.n_samples)
+    adv_metrics = run_advantage(dock, plan.stages[GROUP_ADV.name], plan.n_samples)
     labels = [r // plan.n_samples for r in range(plan.rows_per_round)]  # repeated per sample, not tiled
     want = torch.tensor([0.5 * n + 2.0 * lab for n, lab in zip(lengths, labels)])
     scores = torch.cat([s.reshape(1) for s in dock.experience_data["rm_scores"]])
     assert torch.allclose(scores, want)
-    adv = torch.cat([a.reshape(1) for a in dock.experience_data["advantages"]])
+    rows = list(dock.experience_data["advantages"])
+    assert [a.numel() for a in rows] == list(lengths)  # one value on each response token of the row
+    adv = torch.cat([a.reshape(-1)[:1] for a in rows])
+    assert all(torch.equal(a.reshape(-1), a.reshape(-1)[:1].expand(a.numel())) for a in rows)
     groups = want.view(-1, plan.n_samples)
     assert torch.allclose(adv, ((groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-6))
                           .reshape(-1), atol=1e-5)
     assert metrics["reward/mean"] == pytest.approx(float(want.mean()))
-    assert adv_metrics["advantages/mean"] == pytest.approx(float(adv.mean()), abs=1e-6)
-    assert adv_metrics["advantages/zero_frac"] == pytest.approx(float((adv == 0).float().mean()))
+    tokens = torch.cat([a.reshape(-1) for a in rows])
+    assert adv_metrics["advantages/mean"] == pytest.approx(float(tokens.mean()), abs=1e-6)
+    assert adv_metrics["advantages/zero_frac"] == pytest.approx(float((tokens == 0).float().mean()))
     assert metrics["response_length/max"] == max(lengths)
 
 

@@ -467,10 +467,18 @@ def test_with_the_kl_in_the_rewards_the_loss_has_none_and_the_controller_reads_t
         monkeypatch, in_reward, loss_coef, kl):
     monkeypatch.setattr(hybrid, "StageRunner", Runner)
     Runner.seen = []
-    trainer = _ppo(f"rl_config.use_kl_in_reward={str(in_reward).lower()}")
+    trainer = _ppo(f"rl_config.use_kl_in_reward={str(in_reward).lower()}", "rl_config.init_kl_coef=0.04")
     trainer.step(1, next(batches()))
     assert [c["kl_coef"] for c in Runner.seen] == [loss_coef] and Runner.seen[0]["iteration"] == 1
     assert trainer.kl_ctrl.updates == [(kl, trainer.run_plan.train_rows_per_round)]
+
+
+def test_with_init_kl_coef_0_the_loss_gets_no_kl_whatever_the_controller_holds(monkeypatch):
+    monkeypatch.setattr(hybrid, "StageRunner", Runner)
+    Runner.seen = []
+    trainer = _ppo("rl_config.init_kl_coef=0.0")  # the plan has no KL in the loss; the controller holds 0.04
+    trainer.step(1, next(batches()))
+    assert [c["kl_coef"] for c in Runner.seen] == [0.0]
 
 
 def test_ppos_driver_stages_take_the_plans_gae_and_kl_settings(monkeypatch):

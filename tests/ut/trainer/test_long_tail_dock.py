@@ -12,7 +12,7 @@ from mindspeed_rl.config_cls.stages import (IS_WEIGHTS, RESPONSE_MASK, ROLLOUT, 
 from mindspeed_rl.models.loss.rollout_correction import RejectRule
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.trainer.utils.correction_stage import compute_rollout_correction
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.data.driver_dock import DriverDock
 
 N = 2
 

@@ -10,7 +10,7 @@ from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
 from mindspeed_rl.trainer import partial_rollout
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.data.driver_dock import DriverDock
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
 EOS = 0

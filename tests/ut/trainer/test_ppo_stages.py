@@ -9,7 +9,7 @@ import torch
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
 from mindspeed_rl.config_cls.stages import GAE_ADV, KL_REWARD
 from mindspeed_rl.trainer.utils import ppo_stages
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.data.driver_dock import DriverDock
 
 LENGTHS = [1, 2, 3]
 OLD = [[-1.0], [-0.5, -2.0], [-1.5, -0.25, -3.0]]

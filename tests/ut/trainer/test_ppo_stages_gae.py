@@ -8,7 +8,7 @@ import torch
 
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
 from mindspeed_rl.config_cls.stages import GAE_ADV
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.data.driver_dock import DriverDock
 
 LENGTHS = [2, 1, 3]
 SCORES = [1.0, -1.0, 3.0]

@@ -6,7 +6,7 @@ import torch
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
 from mindspeed_rl.config_cls.stages import TRAIN
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock as Dock
+from mindspeed_rl.data.driver_dock import DriverDock as Dock
 from mindspeed_rl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 
 COLS = ["prompts", "responses", "prompt_length", "response_length"]

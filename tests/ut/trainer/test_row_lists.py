@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.trainer.utils.row_lists import column_parts, trans_input_to_experience
+from mindspeed_rl.data.row_lists import column_parts, trans_input_to_experience
 
 PAD = -1
 

@@ -3,7 +3,7 @@ as views along its first dimension."""
 import pytest
 import torch
 
-from mindspeed_rl.trainer.utils.row_lists import column_parts, trans_input_to_experience
+from mindspeed_rl.data.row_lists import column_parts, trans_input_to_experience
 
 
 def test_no_columns_or_only_empty_ones_give_nothing():

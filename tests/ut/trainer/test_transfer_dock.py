@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mindspeed_rl.compat.transfer_dock import PullDock as Dock
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+from mindspeed_rl.data.columnar import ColumnBatch
 from mindspeed_rl.utils.seqlen_balancing import balance_stats, get_seqlen_balanced_partitions
 from mindspeed_rl.utils.workload import WorkloadModel
 
@@ -82,7 +82,7 @@ def test_one_plan_per_round():
     calls = []
     original = get_seqlen_balanced_partitions
 
-    import mindspeed_rl.trainer.utils.balance_plan as bp
+    import mindspeed_rl.data.balance_plan as bp
     def counting(*args, **kwargs):
         calls.append(args[1])
         return original(*args, **kwargs)
@@ -335,7 +335,7 @@ def test_resumed_dock_continues_the_round_count():
 
 
 def test_group_rows_lists_each_groups_rows_in_order():
-    from mindspeed_rl.trainer.utils.transfer_dock import group_rows
+    from mindspeed_rl.data.driver_dock import group_rows
     assert group_rows([2, 0], 3).tolist() == [6, 7, 8, 0, 1, 2]
     assert group_rows(torch.tensor([1]), 1).tolist() == [1]
     assert group_rows([], 4).tolist() == []

@@ -5,9 +5,9 @@ import re
 import pytest
 import torch
 
-from mindspeed_rl.trainer.utils import transfer_dock
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch, flatten_rows, value_rows
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.data import driver_dock as transfer_dock
+from mindspeed_rl.data.columnar import ColumnBatch, flatten_rows, value_rows
+from mindspeed_rl.data.driver_dock import DriverDock
 
 
 def _dock(prompts=2, n=3, **kwargs):
@@ -171,13 +171,15 @@ def test_all_prompts_fill_the_dock():
     assert bool((dock.experience_data_status["prompts"] == 1).all())
 
 
-def test_upstream_names_resolve_from_the_compat_package_and_others_do_not():
+def test_upstream_names_resolve_from_the_compat_package_at_upstreams_path_only():
     from mindspeed_rl.compat import transfer_dock as compat
-    assert transfer_dock.TransferDock is compat.TransferDock
-    assert transfer_dock.GRPOTransferDock is compat.GRPOTransferDock
+    from mindspeed_rl.trainer.utils import transfer_dock as face
+    assert face.TransferDock is compat.TransferDock and face.GRPOTransferDock is compat.GRPOTransferDock
+    assert face.DriverDock is transfer_dock.DriverDock
     with pytest.raises(AttributeError, match=r"^module 'mindspeed_rl.trainer.utils.transfer_dock' has no "
-                                             r"attribute 'PullDock'$"):
-        transfer_dock.PullDock  # noqa: B018  (compat's own name, not re-exported here)
+                                             r"attribute 'NoSuchDock'$"):
+        face.NoSuchDock  # noqa: B018
+    assert not hasattr(transfer_dock, "GRPOTransferDock")  # the core's dock module knows nothing of compat
 
 
 def test_group_rows_are_row_indexes_even_for_no_groups():

@@ -59,7 +59,7 @@ def test_consumers_from_separate_processes(local_ray):
 
 
 def test_replies_and_puts_travel_as_one_buffer_per_column(local_ray):
-    from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+    from mindspeed_rl.data.columnar import ColumnBatch
     td = GRPOTransferDock.remote(4, 2, timeout=30)
     rows = [torch.arange(i + 1, dtype=torch.float32) for i in range(8)]
     ray.get(td.put_experience.remote(ColumnBatch({"old_log_prob": rows}), list(range(8))))

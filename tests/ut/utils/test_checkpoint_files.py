@@ -125,11 +125,11 @@ def test_a_process_we_may_not_signal_counts_as_alive(monkeypatch):
     def kill(pid, sig):
         raise PermissionError
     monkeypatch.setattr(os, "kill", kill)
-    assert ckpt._alive(12345) is True
+    assert ckpt.pid_alive(12345) is True
 
 
 def test_a_gone_process_is_not_alive():
-    assert ckpt._alive(_dead_pid()) is False and ckpt._alive(os.getpid()) is True
+    assert ckpt.pid_alive(_dead_pid()) is False and ckpt.pid_alive(os.getpid()) is True
 
 
 def test_seven_digit_iterations(tmp_path):

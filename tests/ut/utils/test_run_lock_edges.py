@@ -12,7 +12,7 @@ from datetime import datetime
 import pytest
 
 from mindspeed_rl.utils import run_lock
-from mindspeed_rl.utils.run_lock import LOCK_FILE, RunLock, RunLockError, RunLocks, _alive, _owner_text, _read_owner
+from mindspeed_rl.utils.run_lock import LOCK_FILE, RunLock, RunLockError, RunLocks, pid_alive, _owner_text, _read_owner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -66,19 +66,19 @@ def test_read_owner_of_an_empty_or_non_object_file_is_none(tmp_path):
 
 
 def test_alive_of_a_non_integer_pid_is_false():
-    assert _alive("123") is False and _alive(None) is False and _alive(1.0) is False
+    assert pid_alive("123") is False and pid_alive(None) is False and pid_alive(1.0) is False
 
 
 def test_alive_of_a_pid_it_may_not_signal_is_true(monkeypatch):
     def refuse(pid, sig):
         raise PermissionError(errno.EPERM, "Operation not permitted")
     monkeypatch.setattr(run_lock.os, "kill", refuse)
-    assert _alive(4242) is True
+    assert pid_alive(4242) is True
 
 
 def test_alive_of_a_dead_and_of_a_live_pid():
-    assert _alive(_dead_pid()) is False
-    assert _alive(os.getpid()) is True
+    assert pid_alive(_dead_pid()) is False
+    assert pid_alive(os.getpid()) is True
 
 
 def test_a_lock_naming_a_non_integer_pid_on_this_host_is_taken_over_as_not_running(tmp_path, capsys):

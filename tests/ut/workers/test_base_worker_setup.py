@@ -14,7 +14,7 @@ from mindspeed_rl.config_cls import RLConfig
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan, Timeouts
 from mindspeed_rl.config_cls.stages import OLD, REF, REWARD
 from mindspeed_rl.trainer.stage_runner import StageGroup, StageRef
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+from mindspeed_rl.data.columnar import ColumnBatch
 from mindspeed_rl.workers.parallel_state import ParallelState
 
 

@@ -11,7 +11,7 @@ import mindspeed_rl.workers.engine_worker as engine_worker
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.stages import CRITIC_TRAIN, VALUES
 from mindspeed_rl.models.loss.value_loss import value_loss
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+from mindspeed_rl.data.columnar import ColumnBatch
 from mindspeed_rl.utils.checkpoint import CheckpointError
 from mindspeed_rl.workers.parallel_state import ParallelState
 from tests.ut.workers.engine_stand_in import RecordsCheckpoints
@@ -47,7 +47,7 @@ def critic(monkeypatch):
         cfgs = build_configs(load_config(TINY, ["megatron_training.model_path=/unused", *overrides]))
         plan = cfgs.plan.for_group("critic")
         # the other DP ranks' tokens (or rows), as the all-reduce over the critic's DP group adds them
-        monkeypatch.setattr(cw, "all_reduce_scalar",
+        monkeypatch.setattr("mindspeed_rl.workers.engine_worker.all_reduce_scalar",
                             lambda value, op, group: reduced.append((op, group)) or value + dp_tokens)
         worker = cw.CriticWorker(rank=0, world_size=plan.layout.world_size, run_plan=plan)
         worker.parallel_state = ParallelState.from_layout(0, plan.layout)

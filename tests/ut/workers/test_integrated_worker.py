@@ -20,7 +20,7 @@ from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
 from mindspeed_rl.models.lr_schedule import lr_at
 from mindspeed_rl.trainer.stage_runner import StageGroup, run_dp_stage, run_queued_stage
 from mindspeed_rl.trainer.utils.compute_utils import compute_advantage, compute_rule_reward
-from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.workers.parallel_state import ParallelState
 from ut.dapo.test_dapo_sampling import Group
 

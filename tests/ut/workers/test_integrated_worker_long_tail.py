@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import mindspeed_rl.workers.integrated_worker as iw
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+from mindspeed_rl.data.columnar import ColumnBatch
 from ut.workers.test_integrated_worker_paths import POLICY_LP, _train_batch, _worker
 
 
@@ -17,7 +17,7 @@ def _with(batch, **columns):
 
 def test_weights_and_kept_tokens_reach_the_loss_and_the_token_count(monkeypatch):
     reduced = []
-    monkeypatch.setattr(iw, "all_reduce_scalar", lambda value, op, group: reduced.append(value) or value)
+    monkeypatch.setattr("mindspeed_rl.workers.engine_worker.all_reduce_scalar", lambda value, op, group: reduced.append(value) or value)
     w, plan, _ = _worker(monkeypatch, "rl_config.init_kl_coef=0", "rl_config.rollout_correction={rollout_is: token}")
     base = _train_batch(old=POLICY_LP)  # rows of 1 and 3 tokens, advantages 1 and 2, ratio 1
     weights = [torch.tensor([0.5]), torch.tensor([1.0, 2.0, 3.0])]
@@ -32,7 +32,7 @@ def test_weights_and_kept_tokens_reach_the_loss_and_the_token_count(monkeypatch)
 
 def test_a_sequence_mean_loss_counts_rows_with_a_kept_token(monkeypatch):
     reduced = []
-    monkeypatch.setattr(iw, "all_reduce_scalar", lambda value, op, group: reduced.append(value) or value)
+    monkeypatch.setattr("mindspeed_rl.workers.engine_worker.all_reduce_scalar", lambda value, op, group: reduced.append(value) or value)
     w, _, _ = _worker(monkeypatch, "rl_config.init_kl_coef=0", "rl_config.token_level_loss=false")
     base = _train_batch(old=POLICY_LP)
     keep = [torch.tensor([False]), torch.tensor([True, True, False])]

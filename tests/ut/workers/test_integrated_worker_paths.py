@@ -10,7 +10,7 @@ import torch
 import mindspeed_rl.workers.engine_worker as engine_worker
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+from mindspeed_rl.data.columnar import ColumnBatch
 from mindspeed_rl.workers.parallel_state import ParallelState
 from tests.ut.workers.engine_stand_in import RecordsCheckpoints
 
@@ -325,7 +325,7 @@ def test_the_token_count_is_summed_over_the_dp_group(monkeypatch):
     def all_reduce(value, op, group):
         reduced.append((value, op, group))
         return value * 3  # as if three DP ranks held as many
-    monkeypatch.setattr(iw, "all_reduce_scalar", all_reduce)
+    monkeypatch.setattr("mindspeed_rl.workers.engine_worker.all_reduce_scalar", all_reduce)
     w, plan, _ = _worker(monkeypatch, "generate_config.sampling_config.temperature=0.5")
     w.parallel_state.dp_group = "the DP group"
     w.update([_train_batch()], kl_coef=0.0)

@@ -12,7 +12,7 @@ from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan, Timeouts
 from mindspeed_rl.config_cls.stages import TRAIN
 from mindspeed_rl.trainer.stage_runner import StageGroup
-from mindspeed_rl.trainer.utils.transfer_dock import QueueRound
+from mindspeed_rl.data.driver_dock import QueueRound
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.scheduler import launcher
 

@@ -9,7 +9,7 @@ import torch
 import mindspeed_rl.workers.engine_worker as engine_worker
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+from mindspeed_rl.data.columnar import ColumnBatch
 from mindspeed_rl.workers.parallel_state import ParallelState
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"

@@ -11,7 +11,7 @@ from typing import Dict, List, Tuple, Union
 
 from torch import Tensor
 
-from mindspeed_rl.trainer.utils.columnar import FlatRows, flatten_rows, tensor_rows
+from mindspeed_rl.data.columnar import FlatRows, flatten_rows, tensor_rows
 
 Columns = Dict[str, Union[Tensor, List[Tensor], None]]
 
