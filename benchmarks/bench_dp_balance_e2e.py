@@ -253,7 +253,7 @@ def run_real(model_dir, pairs, seed):
     (alternating which goes first) on the same batch."""
     from mindspeed_rl.config_cls.loader import build_configs, load_config
     from mindspeed_rl.models.tiny_model import EOS_ID, PAD_ID
-    from mindspeed_rl.trainer.utils.transfer_dock import DriverDock
+    from mindspeed_rl.data.driver_dock import DriverDock
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
     from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
 

@@ -131,7 +131,7 @@ def engine_class():
 def run_round(engines, queue, key, prompts, lengths, prior, seed):
     """The three ways on one round; per way the busy seconds per engine, the responses and the traces."""
     import ray
-    from mindspeed_rl.trainer.utils.balance_plan import BalancePlanner
+    from mindspeed_rl.data.balance_plan import BalancePlanner
     n = len(prompts)
     seeds = [int(seed) * 100000 + r for r in range(n)]
     ray.get([e.lengths.remote({s: lengths[r] for r, s in enumerate(seeds)}) for e in engines])

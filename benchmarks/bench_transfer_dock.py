@@ -356,7 +356,7 @@ def run_transport(repeats):
     """Through a Ray actor: a 256-row reply as lists of tensors vs one buffer per column;
     then put / get of 64 MiB per call through one GRPOTransferDock actor."""
     import ray
-    from mindspeed_rl.trainer.utils.columnar import ColumnBatch
+    from mindspeed_rl.data.columnar import ColumnBatch
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
 
     @ray.remote
