@@ -203,11 +203,12 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
             kl_horizon=rl.kl_horizon, kl_target=rl.kl_target, init_kl_coef=rl.init_kl_coef,
             dataset_additional_keys=extra_keys, max_prompt_length=rl.max_prompt_length,
             save_optimizer=not actor.no_save_optim, save_rng=not actor.no_save_rng,
-            data_position=state["data_position"], max_nonfinite_iterations=rl.max_nonfinite_iterations,
+            max_nonfinite_iterations=rl.max_nonfinite_iterations,
             max_failed_reward_iterations=rl.max_failed_reward_iterations, eos_id=eos_id)
+        trainer.load_state_dict(state)  # the checkpoint's driver state, or a fresh run's
         if resume is not None and not resume.finetune:
             trainer.load_driver_state(resume.folder)
-        history = trainer.fit(data, start_iteration=state["iteration"], kl_coef=state.get("kl_coef"))
+        history = trainer.fit(data, start_iteration=state["iteration"])
         if actor.save:
             export = os.path.join(actor.save, "hf")
             group.export_hf(export)

@@ -20,7 +20,7 @@ def check_mode(mode: str) -> str:
 
 def token_weights(mask: Tensor, mode: str) -> Tensor:
     """(rows, T): 1 on kept tokens; seq-mean-token-mean: 1 / the row's kept tokens (each row weighs the same)."""
-    mask = mask.float() if not mask.is_floating_point() else mask
+    mask = mask.float()
     if check_mode(mode) == "seq-mean-token-mean":
         return mask / mask.sum(dim=-1, keepdim=True).clamp(min=1.0)
     return mask
@@ -46,7 +46,7 @@ def agg_loss(loss_mat: Tensor, mask: Tensor, mode: str, denom=None, horizon: Opt
     if denom is None:
         lengths = (mask.float().sum(dim=-1)).tolist()
         denom = max(denominator(lengths, mode, horizon if horizon is not None else mask.shape[-1]), 1.0)
-    elif not torch.is_tensor(denom) and denom <= 0:
+    elif float(denom) <= 0:
         raise ValueError(f"token_count must be positive, got {denom}")
     # where() rather than a product, so non-finite values at padded positions cannot leak in
     return torch.where(weights > 0, loss_mat * weights, 0.0).sum() / denom

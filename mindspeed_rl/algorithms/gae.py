@@ -96,10 +96,13 @@ def compute_gae_advantage_return(token_level_rewards: Rows, values: Rows, respon
     return masked_whiten(advantages, mask), returns
 
 
-@register_adv_est("gae", critic=True)
 def gae_advantages(token_level_rewards: Tensor, response_mask: Tensor, n_samples: int, spec,
                    values: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """PPO: GAE over the critic's values with ``spec.gamma`` and ``spec.lam`` (groups play no part)."""
     if values is None:
         raise ValueError("adv_estimator 'gae' needs the critic's values")
     return compute_gae_advantage_return(token_level_rewards, values, response_mask, spec.gamma, spec.lam)
+
+
+# registered by name (plain calls rather than decorators: the functions stay plain module functions)
+register_adv_est("gae", critic=True)(gae_advantages)

@@ -12,7 +12,7 @@ from mindspeed_rl.algorithms.registry import register_adv_est
 def discounted_returns(token_level_rewards: Tensor, response_mask: Tensor, gamma: float) -> Tensor:
     """G_t = r_t + gamma * G_{t+1} over each row's response tokens (0 after the last one and on padding)."""
     on = response_mask.bool()
-    rewards = torch.where(on, token_level_rewards.float(), 0.0)
+    rewards = token_level_rewards.float()  # read only where the mask is set
     returns = torch.zeros_like(rewards)
     running = torch.zeros(rewards.shape[0], device=rewards.device)
     for t in range(rewards.shape[1] - 1, -1, -1):
@@ -21,7 +21,6 @@ def discounted_returns(token_level_rewards: Tensor, response_mask: Tensor, gamma
     return returns
 
 
-@register_adv_est("reinforce_plus_plus")
 def reinforce_plus_plus_advantages(token_level_rewards: Tensor, response_mask: Tensor, n_samples: int, spec,
                                    values: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """Returns with discount ``spec.gamma``, whitened over every response token of the batch."""
@@ -29,7 +28,6 @@ def reinforce_plus_plus_advantages(token_level_rewards: Tensor, response_mask: T
     return masked_whiten(returns, response_mask), returns
 
 
-@register_adv_est("reinforce_plus_plus_baseline", groups=True)
 def reinforce_plus_plus_baseline_advantages(token_level_rewards: Tensor, response_mask: Tensor, n_samples: int,
                                             spec, values: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """Score less its group's mean (a group of one: no baseline), on every token, whitened over the batch."""
@@ -37,3 +35,8 @@ def reinforce_plus_plus_baseline_advantages(token_level_rewards: Tensor, respons
     centred = scores - scores.mean(dim=1, keepdim=True) if n_samples > 1 else scores
     adv = masked_whiten(per_token(centred.reshape(-1), response_mask), response_mask)
     return adv, adv
+
+
+# registered by name (plain calls rather than decorators: the functions stay plain module functions)
+register_adv_est("reinforce_plus_plus")(reinforce_plus_plus_advantages)
+register_adv_est("reinforce_plus_plus_baseline", groups=True)(reinforce_plus_plus_baseline_advantages)

@@ -170,13 +170,20 @@ class ColumnBatch(dict):
         return ColumnBatch(flat={c: slice_rows(self.flat[c], start, stop) for c in columns})
 
     def padded(self, column: str, idx, dtype=torch.float32) -> Tensor:
-        """Rows ``idx`` of ``column`` right-padded with zeros into (len(idx), longest row); one index
-        into the flat buffer when every row holds one value (GRPO's advantages)."""
+        """Rows ``idx`` of ``column`` right-padded with zeros into (len(idx), longest row)."""
+        return self.masked(column, idx, dtype)[0]
+
+    def masked(self, column: str, idx, dtype=torch.float32) -> Tuple[Tensor, Tensor]:
+        """Rows ``idx`` of ``column`` as (values right-padded with zeros, bool mask: True on each row's values);
+        one index into the flat buffer when every row holds one value (no per-row tensors made)."""
         part = self.flat.get(column) if self.flat is not None else None
         if part is not None and not part[2] and bool((part[1] == 1).all()):
-            return part[0][torch.as_tensor(idx, dtype=torch.int64)].to(dtype).view(-1, 1)
+            values = part[0][torch.as_tensor(idx, dtype=torch.int64)].to(dtype).view(-1, 1)
+            return values, torch.ones(values.shape, dtype=torch.bool)
         rows = [self[column][i].to(dtype).reshape(-1) for i in idx]
-        return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
+        values = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
+        lengths = torch.tensor([r.numel() for r in rows], dtype=torch.int64)
+        return values, torch.arange(values.shape[1])[None, :] < lengths[:, None]
 
     def __reduce__(self):
         flat_columns = self.flat if self.flat is not None else {k: flatten_rows(k, list(v)) for k, v in self.items()}

@@ -14,7 +14,6 @@ from mindspeed_rl.data.driver_dock import put_columns
 from mindspeed_rl.trainer.utils.reward_stage import advantage_stats, compute_rewards as reward_stage
 
 
-@register_stage("compute_rewards")
 def compute_rewards(trainer, stage) -> Dict[str, float]:
     """Rule rewards (and DAPO's overlong penalty, filter metric) and data metrics of the round."""
     plan = trainer.run_plan
@@ -24,7 +23,6 @@ def compute_rewards(trainer, stage) -> Dict[str, float]:
     return metrics
 
 
-@register_stage("compute_advantage")
 def compute_advantage(trainer, stage) -> Dict[str, float]:
     """The run's estimator (rl_config.adv_estimator) on the round: per-token advantages (and returns when the
     row writes them); the token rewards are compute_kl's when it ran, else each row's score on its last token."""
@@ -50,13 +48,11 @@ def compute_advantage(trainer, stage) -> Dict[str, float]:
     return metrics
 
 
-@register_stage("compute_rollout_correction")
 def compute_rollout_correction(trainer, stage) -> Dict[str, float]:
     """IS weights and rejection between the old log-probs and the rollout engine's (rl_config.rollout_correction)."""
     return correction_stage.compute_rollout_correction(trainer.transfer_dock, stage, trainer.run_plan.correction)
 
 
-@register_stage("compute_kl_rewards")
 def compute_kl_rewards(trainer, stage) -> Dict[str, float]:
     """PPO use_kl_in_reward: per-token rewards less kl_coef * KL(old || ref)."""
     return ppo_stages.compute_kl_rewards(trainer.transfer_dock, stage, trainer.kl_ctrl.value,
@@ -78,3 +74,10 @@ def check_stage_functions(plan, worker_classes: Mapping[str, type]) -> None:
             if cls is None or not callable(getattr(cls, method, None)):
                 raise ValueError(f"stage '{stage.name}' of the run plan runs {method!r} on role {stage.role!r}, "
                                  f"which its worker class {getattr(cls, '__name__', None)} does not have")
+
+
+# registered by name (plain calls rather than decorators: the functions stay plain module functions)
+register_stage("compute_rewards")(compute_rewards)
+register_stage("compute_advantage")(compute_advantage)
+register_stage("compute_rollout_correction")(compute_rollout_correction)
+register_stage("compute_kl_rewards")(compute_kl_rewards)

@@ -79,7 +79,6 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
     return trainer.finish_step(iteration, metrics, sum_by_rank(rollout_results) + results, start)
 
 
-@register_stage("filter_groups")
 def filter_groups(trainer, stage) -> Dict[str, float]:
     """Keep this batch's groups whose filter metric varies, up to the train batch's size, with the columns
     the train stages read (into ``trainer.kept``)."""
@@ -106,3 +105,7 @@ def summary(m: Dict[str, float]) -> str:
         return ""
     return (f" dapo: batches={int(m['dapo/rollout_batches'])} kept={int(m['dapo/kept_groups'])} "
             f"dropped={int(m['dapo/dropped_groups'])} trained={int(m['dapo/train_groups'])}")
+
+
+# registered by name (plain calls rather than decorators: the functions stay plain module functions)
+register_stage("filter_groups")(filter_groups)

@@ -253,10 +253,13 @@ class StageTableTrainer:
         return metrics
 
     def load_state_dict(self, state: Dict[str, float]) -> None:
-        """The driver state of ``state_dict`` back (a resumed run): KL coefficient, data position, iteration."""
-        self.kl_ctrl.value = float(state["kl_coef"])
+        """The driver state of ``state_dict`` back (a resumed run's trainer_state.json, or a fresh run's
+        iteration 0): the data position, the iteration, and the KL coefficient where it was saved."""
+        if "kl_coef" in state:
+            self.kl_ctrl.value = float(state["kl_coef"])
         self.data_position = int(state["data_position"])
-        self.iteration = self.last_saved = int(state["iteration"])
+        self.iteration = int(state["iteration"])
+        self.last_saved = self.iteration or None
 
     def state_dict(self, iteration: int) -> Dict[str, float]:
         """Driver state after ``iteration``: the KL coefficient and the data

@@ -140,7 +140,9 @@ class IntegratedWorker(EngineWorker):
 
         def loss_fn(idx, log_probs, entropy):
             lp = pad_sequence(log_probs, batch_first=True)
-            mask = pad_sequence([torch.ones_like(x) for x in log_probs], batch_first=True)
+            mask = batch.masked("responses", idx)[1].to(lp)  # True on each row's response tokens
+            # per token (every estimator of the plan); one per row, as upstream's dock adapters write them, broadcasts
+            advantages = batch.padded("advantages", idx)
             if RESPONSE_MASK in batch:
                 mask = mask * batch.padded(RESPONSE_MASK, idx).to(mask)
             if bypass:  # rollout correction's bypass mode: the engine's log-probs are the old ones
@@ -150,8 +152,7 @@ class IntegratedWorker(EngineWorker):
             weights = batch.padded(IS_WEIGHTS, idx).to(lp) if IS_WEIGHTS in batch else None
             ref = batch.padded(REF.outputs[0], idx).to(lp.device) if self.ref is not None else None
             ent = pad_sequence(entropy, batch_first=True) if entropy is not None else None
-            # one advantage per row (GRPO: one index op, broadcast over its tokens) or per token (PPO's GAE)
-            return actor_loss(lp, old, batch.padded("advantages", idx).to(lp.device), mask, clip_ratio=rl.clip_ratio,
+            return actor_loss(lp, old, advantages.to(lp.device), mask, clip_ratio=rl.clip_ratio,
                               ref_log_probs=ref, kl_coef=kl_coef, kl_kind=rl.kl_penalty, entropy=ent,
                               entropy_coeff=rl.entropy_coeff, token_count=1.0, clip_ratio_low=rl.clip_ratio_low,
                               clip_ratio_high=rl.clip_ratio_high, is_weights=weights, loss_mode=rl.loss_mode,

@@ -41,3 +41,22 @@ def test_denominators_and_bad_modes():
         denominator([1], "seq-mean-token-sum-norm")
     with pytest.raises(ValueError, match=r"rl_config.loss_agg_mode='mean' is not one of"):
         denominator([1], "mean")
+
+
+def test_the_horizon_defaults_to_the_batch_width_and_a_given_one_wins():
+    mask = mask_of(LENGTHS, width=5)  # 6 rows of 5 tokens: the width, not the row count
+    loss = torch.ones(6, 5)
+    total = float(sum(LENGTHS))
+    assert float(agg_loss(loss, mask, "seq-mean-token-sum-norm")) == pytest.approx(total / (6 * 5))
+    assert float(agg_loss(loss, mask, "seq-mean-token-sum-norm", horizon=10)) == pytest.approx(total / (6 * 10))
+    assert denominator([2], "seq-mean-token-sum-norm", 1) == 1.0  # a horizon of one token is a horizon
+    with pytest.raises(ValueError, match="needs a positive horizon, got 0"):
+        denominator([2], "seq-mean-token-sum-norm", 0)
+
+
+def test_a_non_positive_denominator_is_refused_as_a_number_or_a_tensor():
+    for bad in (0, -1.0, torch.tensor(0.0)):
+        with pytest.raises(ValueError, match="token_count must be positive"):
+            agg_loss(LOSS, mask_of(LENGTHS), "token-mean", bad)
+    assert float(agg_loss(LOSS, mask_of(LENGTHS), "token-mean", torch.tensor(2.0))) == \
+        pytest.approx(float(agg_loss(LOSS, mask_of(LENGTHS), "token-mean", 2.0)))

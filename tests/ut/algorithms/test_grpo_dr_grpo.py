@@ -32,3 +32,16 @@ def test_rows_that_do_not_split_into_groups_are_refused(batch):
     rewards, mask = batch
     with pytest.raises(ValueError, match="6 rows do not split into groups of 4"):
         get_adv_estimator_fn("grpo")(rewards, mask, 4, AdvantageSpec())
+
+
+def test_row_level_function_refuses_bad_inputs_by_name_and_adds_eps_to_the_std():
+    from mindspeed_rl.algorithms.grpo import compute_group_norm_advantages
+    with pytest.raises(ValueError, match="^n_samples must be >= 1, got 0$"):
+        compute_group_norm_advantages(torch.zeros(4), 0)
+    with pytest.raises(ValueError, match=r"^rewards must be 1-D, got shape \(2, 2\)$"):
+        compute_group_norm_advantages(torch.zeros(2, 2), 2)
+    with pytest.raises(ValueError, match="^5 rewards do not split into groups of 2$"):
+        compute_group_norm_advantages(torch.zeros(5), 2)
+    tiny = torch.tensor([0.0, 2e-6])  # std 1.41e-6: the eps of 1e-6 is a visible part of the divisor
+    adv = compute_group_norm_advantages(tiny, 2, eps=1e-6)
+    assert adv.tolist() == pytest.approx([-1e-6 / (2 ** 0.5 * 1e-6 + 1e-6), 1e-6 / (2 ** 0.5 * 1e-6 + 1e-6)])

@@ -45,3 +45,12 @@ def test_one_ratio_per_sequence_clips_whole_sequences():
     _, m = actor_loss(lp, OLD, ADV, mask_of(LENGTHS), clip_ratio=0.2, loss_mode="gspo")
     assert m["actor/clip_frac"] == pytest.approx(4 / sum(LENGTHS))  # the 4 tokens of row 0, none other
     assert math.exp(0.2) > 1.2
+
+
+def test_non_finite_log_probs_on_padding_never_reach_the_sequence_ratio():
+    mask = mask_of(LENGTHS)
+    lp = OLD + 0.01
+    dirty = torch.where(mask, lp, torch.full_like(lp, float("inf")))
+    clean_loss, _ = actor_loss(lp, OLD, ADV, mask, loss_mode="gspo")
+    loss, _ = actor_loss(dirty, OLD, ADV, mask, loss_mode="gspo")
+    assert torch.isfinite(loss) and float(loss) == pytest.approx(float(clean_loss))

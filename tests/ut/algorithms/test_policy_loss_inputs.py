@@ -40,3 +40,20 @@ def test_rejected_tokens_and_padding_add_nothing(mode):
     assert lp.grad[mask == 0].abs().sum() == 0
     clean, _ = actor_loss(LP, OLD, ADV, mask, loss_mode=mode)
     assert float(loss) == pytest.approx(float(clean))
+
+
+def test_the_horizon_reaches_the_aggregation():
+    mask = mask_of(LENGTHS)
+    ten, _ = actor_loss(LP, OLD, ADV, mask, loss_agg_mode="seq-mean-token-sum-norm", horizon=10)
+    width, _ = actor_loss(LP, OLD, ADV, mask, loss_agg_mode="seq-mean-token-sum-norm")  # default: the width, 4
+    assert float(ten) * 10 == pytest.approx(float(width) * 4)
+
+
+def test_a_zero_advantage_token_is_in_neither_clip_fraction_even_when_its_ratio_is_clipped():
+    mask = mask_of([4])
+    old = torch.zeros(1, 4)
+    lp = torch.tensor([[0.5, -0.5, 0.5, 0.0]])  # ratios e^0.5 and e^-0.5: outside [0.8, 1.28]
+    adv = torch.tensor([[0.0, 0.0, 1.0, -1.0]])
+    _, m = actor_loss(lp, old, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.28, loss_mode="cispo")
+    assert m["actor/clip_frac"] == pytest.approx(3 / 4)  # CISPO: every out-of-bounds ratio, whatever the sign
+    assert m["actor/clip_frac_high"] == pytest.approx(1 / 4) and m["actor/clip_frac_low"] == 0.0

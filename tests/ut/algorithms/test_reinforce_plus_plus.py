@@ -5,7 +5,7 @@ import torch
 from mindspeed_rl.algorithms import get_adv_estimator_fn
 from mindspeed_rl.algorithms.spec import AdvantageSpec
 
-from .conftest import LENGTHS, N, SCORES, py_mean, py_whiten
+from .conftest import LENGTHS, N, SCORES, mask_of, outcome_rewards, py_mean, py_whiten
 
 
 def test_discounted_returns_whitened_over_the_batch(batch):
@@ -43,3 +43,19 @@ def test_padding_never_counts(batch):
         clean, _ = get_adv_estimator_fn(name)(rewards, mask, N, AdvantageSpec())
         dirty, _ = get_adv_estimator_fn(name)(noisy, mask, N, AdvantageSpec())
         assert torch.allclose(clean, dirty)
+
+
+def test_baseline_takes_no_mean_from_a_group_of_one_and_does_from_a_group_of_two():
+    rewards, mask = outcome_rewards(), mask_of(LENGTHS)
+    alone, _ = get_adv_estimator_fn("reinforce_plus_plus_baseline")(rewards, mask, 1, AdvantageSpec())
+    want = py_whiten([[s] * 4 for s in SCORES], LENGTHS)  # the scores themselves, whitened
+    assert alone.tolist() == [pytest.approx(r, abs=1e-5) for r in want]
+    pairs, _ = get_adv_estimator_fn("reinforce_plus_plus_baseline")(rewards, mask, 2, AdvantageSpec())
+    centred = [[s - py_mean(SCORES[i // 2 * 2:i // 2 * 2 + 2])] * 4 for i, s in enumerate(SCORES)]
+    assert pairs.tolist() == [pytest.approx(r, abs=1e-5) for r in py_whiten(centred, LENGTHS)]
+
+
+def test_gae_without_values_is_refused_by_name(batch):
+    rewards, mask = batch
+    with pytest.raises(ValueError, match="^adv_estimator 'gae' needs the critic's values$"):
+        get_adv_estimator_fn("gae")(rewards, mask, N, AdvantageSpec())

@@ -153,3 +153,17 @@ def test_a_batch_from_buffers_makes_row_views_only_when_read():
     back = pickle.loads(pickle.dumps(share))
     assert [r.tolist() for r in back["old"]] == [[-3.0], [-4.0, -5.0, -6.0]]
     assert [r.tolist() for r in batch["ids"]] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_masked_gives_the_padded_values_and_where_each_row_has_them():
+    from mindspeed_rl.data.columnar import value_rows
+    lp = [torch.tensor([-1.0, -2.0]), torch.tensor([-3.0]), torch.tensor([-4.0, -5.0, -6.0])]
+    batch = ColumnBatch(flat={"old": flatten_rows("old", lp), "adv": value_rows(torch.tensor([1.0, 2.0, 3.0]))})
+    values, mask = batch.masked("old", [2, 1])
+    assert values.tolist() == [[-4.0, -5.0, -6.0], [-3.0, 0.0, 0.0]]
+    assert mask.dtype == torch.bool and mask.tolist() == [[True, True, True], [True, False, False]]
+    values, mask = batch.masked("adv", [2, 0])  # one value per row
+    assert values.tolist() == [[3.0], [1.0]] and mask.tolist() == [[True], [True]]
+    listed = ColumnBatch({"old": lp})  # rows as tensors, not buffers: the same answer
+    assert [t.tolist() for t in listed.masked("old", [0, 1])] == [[[-1.0, -2.0], [-3.0, 0.0]],
+                                                                  [[True, True], [True, False]]]

@@ -51,3 +51,40 @@ def test_dynamic_sampling_runs_under_stage_ray_grpo(local):
     trainer.data_iter = data
     m = trainer.step(1, next(data))
     assert m["dapo/train_groups"] == 6 and m["dapo/rollout_batches"] >= 2
+
+
+class NoQueue:
+    """A worker class with every planned method of the actor's rows but not the rollout queue's."""
+
+    generate_sequences = compute_log_prob = compute_ref_log_prob = update = staticmethod(lambda *a, **k: None)
+
+
+def test_a_queued_rollout_needs_its_queue_method_and_the_message_names_the_class():
+    plan = _plan()  # the rollout is served from the round's queue (guarantee_order false)
+    with pytest.raises(ValueError, match=r"stage 'actor_rollout' of the run plan runs 'serve_sequences' on role "
+                                         r"'actor', which its worker class NoQueue does not have"):
+        check_stage_functions(plan, {"actor": NoQueue})
+    check_stage_functions(_plan("rl_config.guarantee_order=true"), {"actor": NoQueue})  # fixed shares: no queue
+
+
+def test_each_role_is_checked_against_its_own_class_and_ref_against_the_actors():
+    ppo = build_configs(load_config(TINY.parent / "ppo_tiny_cpu.yaml",
+                                    ["megatron_training.model_path=/unused", "rl_config.init_kl_coef=0.1"])).plan
+    assert {s.role for s in ppo.stages.values() if s.is_dp} == {"actor", "ref", "critic"}
+    check_stage_functions(ppo, worker_classes())  # no 'ref' class given: the reference runs on the actor's
+    with pytest.raises(ValueError, match="runs 'compute_values' on role 'critic', which its worker class "
+                                         "IntegratedWorker does not have"):
+        check_stage_functions(ppo, {**worker_classes(), "critic": worker_classes()["actor"]})
+
+
+def test_the_correction_row_hands_the_dock_its_stage_and_the_plans_correction_spec(monkeypatch):
+    from types import SimpleNamespace
+
+    from mindspeed_rl.trainer import driver_stages
+    calls = []
+    monkeypatch.setattr(driver_stages.correction_stage, "compute_rollout_correction",
+                        lambda *a: calls.append(a) or {"ok": 1.0})
+    trainer = SimpleNamespace(transfer_dock=object(), run_plan=SimpleNamespace(correction=object()))
+    stage = object()
+    assert DRIVER_STAGES.get("compute_rollout_correction")(trainer, stage) == {"ok": 1.0}
+    assert calls == [(trainer.transfer_dock, stage, trainer.run_plan.correction)]

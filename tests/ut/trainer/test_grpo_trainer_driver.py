@@ -280,6 +280,19 @@ def test_the_driver_state_counts_the_batches_taken():
     assert resumed.state_dict(3)["data_position"] == 7
 
 
+def test_load_state_dict_gives_back_what_state_dict_saved():
+    trainer = _trainer(Saving(), data_position=9)
+    trainer.kl_ctrl.value = 0.25
+    saved = trainer.state_dict(5)
+    resumed = _trainer(Saving())
+    resumed.load_state_dict(saved)
+    assert resumed.state_dict(5) == saved and resumed.iteration == 5 and resumed.last_saved == 5
+    fresh = _trainer(Saving())
+    before = fresh.kl_ctrl.value
+    fresh.load_state_dict({"iteration": 0, "data_position": 0})  # a fresh run's state: no KL saved yet
+    assert fresh.kl_ctrl.value == before and fresh.data_position == 0 and fresh.last_saved is None
+
+
 def test_the_reference_runs_on_the_actors_group_unless_one_is_given():
     actor, ref = Saving(), Saving()
     trainer = _trainer(actor)
