@@ -16,4 +16,4 @@ def cispo_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, mas
 
 
 # registered by name (plain calls rather than decorators: the functions stay plain module functions)
-register_policy_loss("cispo")(cispo_loss)
+register_policy_loss("cispo", title="CISPO")(cispo_loss)

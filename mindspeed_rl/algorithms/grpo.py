@@ -40,4 +40,4 @@ def grpo_advantages(token_level_rewards: Tensor, response_mask: Tensor, n_sample
 
 
 # registered by name (plain calls rather than decorators: the functions stay plain module functions)
-register_adv_est("group_norm", aliases=("grpo",), groups=True)(grpo_advantages)
+register_adv_est("group_norm", aliases=("grpo",))(grpo_advantages)

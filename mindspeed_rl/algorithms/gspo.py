@@ -24,4 +24,4 @@ def gspo_loss(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, mask
 
 
 # registered by name (plain calls rather than decorators: the functions stay plain module functions)
-register_policy_loss("gspo")(gspo_loss)
+register_policy_loss("gspo", title="GSPO")(gspo_loss)

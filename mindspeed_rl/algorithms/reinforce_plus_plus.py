@@ -38,5 +38,6 @@ def reinforce_plus_plus_baseline_advantages(token_level_rewards: Tensor, respons
 
 
 # registered by name (plain calls rather than decorators: the functions stay plain module functions)
-register_adv_est("reinforce_plus_plus")(reinforce_plus_plus_advantages)
-register_adv_est("reinforce_plus_plus_baseline", groups=True)(reinforce_plus_plus_baseline_advantages)
+register_adv_est("reinforce_plus_plus", title="REINFORCE++")(reinforce_plus_plus_advantages)
+register_adv_est("reinforce_plus_plus_baseline", title="REINFORCE++-baseline")(
+    reinforce_plus_plus_baseline_advantages)

@@ -20,4 +20,4 @@ def rloo_advantages(token_level_rewards: Tensor, response_mask: Tensor, n_sample
 
 
 # registered by name (plain calls rather than decorators: the functions stay plain module functions)
-register_adv_est("rloo", groups=True)(rloo_advantages)
+register_adv_est("rloo", title="RLOO")(rloo_advantages)

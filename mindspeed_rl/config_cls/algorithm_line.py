@@ -2,24 +2,22 @@
 (``megatron_training.stage``) and the features of it that this run switches on or off."""
 from typing import Optional
 
+from mindspeed_rl.algorithms import ADV_ESTIMATORS, POLICY_LOSSES
+
 ALGORITHMS = {None: "GRPO", "ray_grpo": "GRPO", "ray_dapo": "DAPO", "ray_ppo": "PPO"}
-# the registered estimators and policy losses that give a run its own name
-ESTIMATOR_NAMES = {"rloo": "RLOO", "reinforce_plus_plus": "REINFORCE++",
-                   "reinforce_plus_plus_baseline": "REINFORCE++-baseline"}
-LOSS_NAMES = {"gspo": "GSPO", "cispo": "CISPO"}
 
 
 def algorithm_name(plan, stage: Optional[str]) -> str:
-    """GRPO, DAPO or PPO by the stage; a registered estimator or loss of its own (or Dr.GRPO's switches) named
-    instead of GRPO, or after DAPO: 'DAPO + RLOO'."""
+    """GRPO, DAPO or PPO by the stage; a registered estimator or loss with a title of its own (or Dr.GRPO's
+    switches) named instead of GRPO, or after DAPO: 'DAPO + RLOO'."""
     f, loss = plan.features, plan.worker.loss
     names = [] if ALGORITHMS[stage] == "GRPO" else [ALGORITHMS[stage]]
-    if f.estimator in ESTIMATOR_NAMES:
-        names.append(ESTIMATOR_NAMES[f.estimator])
+    estimator = ADV_ESTIMATORS.meta(f.estimator).get("title")
+    if estimator:
+        names.append(estimator)
     elif f.estimator == "group_norm" and not plan.advantage.norm_adv_by_std_in_grpo:
         names.append("Dr.GRPO")
-    if loss.loss_mode in LOSS_NAMES:
-        names.append(LOSS_NAMES[loss.loss_mode])
+    names += [t for t in (POLICY_LOSSES.meta(loss.loss_mode).get("title"),) if t]
     return " + ".join(names) or "GRPO"
 
 

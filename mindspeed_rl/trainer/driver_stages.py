@@ -69,7 +69,7 @@ def check_stage_functions(plan, worker_classes: Mapping[str, type]) -> None:
                                  f"which is not registered (known: {DRIVER_STAGES.names()})")
             continue
         cls = worker_classes.get("actor" if stage.role == "ref" else stage.role)
-        methods = [stage.method] + ([stage.stage.queue_method] if getattr(stage, "queued", False) else [])
+        methods = [stage.method] + ([stage.stage.queue_method] if stage.queued else [])
         for method in methods:
             if cls is None or not callable(getattr(cls, method, None)):
                 raise ValueError(f"stage '{stage.name}' of the run plan runs {method!r} on role {stage.role!r}, "

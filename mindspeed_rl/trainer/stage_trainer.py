@@ -139,7 +139,6 @@ class StageTableTrainer:
         self.train_iters = train_iters if train_iters is not None else self.run_plan.train_iters
         self.max_prompt_length = max_prompt_length
         self.history: List[Dict[str, float]] = []
-        self.transfer_dock = None
         self.transfer_dock_init()
         # partial rollout: prompts in flight between iterations (eos_id: a row that ends in it is complete),
         # and the rollout passes run so far

@@ -88,3 +88,9 @@ def test_the_correction_row_hands_the_dock_its_stage_and_the_plans_correction_sp
     stage = object()
     assert DRIVER_STAGES.get("compute_rollout_correction")(trainer, stage) == {"ok": 1.0}
     assert calls == [(trainer.transfer_dock, stage, trainer.run_plan.correction)]
+
+
+def test_a_role_without_a_worker_class_is_named():
+    with pytest.raises(ValueError, match=r"stage 'actor_rollout' of the run plan runs 'generate_sequences' on role "
+                                         r"'actor', which its worker class None does not have"):
+        check_stage_functions(_plan(), {})
