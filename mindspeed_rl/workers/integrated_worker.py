@@ -156,7 +156,7 @@ class IntegratedWorker(EngineWorker):
                               ref_log_probs=ref, kl_coef=kl_coef, kl_kind=rl.kl_penalty, entropy=ent,
                               entropy_coeff=rl.entropy_coeff, token_count=1.0, clip_ratio_low=rl.clip_ratio_low,
                               clip_ratio_high=rl.clip_ratio_high, is_weights=weights, loss_mode=rl.loss_mode,
-                              loss_agg_mode=rl.agg_mode, horizon=rl.horizon)
+                              loss_agg_mode=rl.agg_mode)  # the denominator (token_count 1) is the step's
 
         drift = ROLLOUT_LOG_PROBS in batch
         trainer_lp = {}  # on-policy: this pass's own log-probs are the trainer's view of the rollout policy

@@ -133,6 +133,13 @@ def test_log_prob_temperature(temperature, used):
     ("rl", {"entropy_coeff": None}, "rl_config.entropy_coeff=None must be a finite number"),
     ("rl", {"token_level_loss": 0}, "rl_config.token_level_loss=0 must be true or false"),
     ("rl", {"cliprange_value": None}, "rl_config.cliprange_value=None must be a finite number"),
+    ("rl", {"loss_mode": 3}, "rl_config.loss_mode=3 must be a string"),
+    ("rl", {"loss_mode": "ppo"}, "rl_config.loss_mode='ppo' is not a known policy loss; known: ['cispo'"),
+    ("rl", {"loss_scale_factor": 0}, r"rl_config.loss_scale_factor=0 must be a finite number > 0 or unset$"),
+    ("rl", {"loss_scale_factor": "8"}, r"rl_config.loss_scale_factor='8' must be a finite number > 0 or unset$"),
+    ("rl", {"loss_agg_mode": "mean"}, "rl_config.loss_agg_mode='mean' is not one of ['token"),
+    ("rl", {"loss_agg_mode": "token-mean"},
+     "rl_config.loss_agg_mode='token-mean' contradicts rl_config.token_level_loss="),
     ("gen", {"max_tokens": 0}, r"generate_config.sampling_config.max_tokens=0 must be an int > 0$"),
     ("gen", {"temperature": None}, "generate_config.sampling_config.temperature=None must be a finite number"),
     ("gen", {"top_p": "p"}, "generate_config.sampling_config.top_p='p' must be a finite number"),
@@ -181,3 +188,24 @@ def test_default_worker_spec_is_the_config_defaults():
     spec = ws.default_worker_spec()
     assert spec == ws.worker_spec(MegatronConfig({}, {}), RLConfig({}), GenerateConfig({"rollout_backend": "hf"}))
     assert spec.loss.token_level_loss is True and spec.sampling.seed is None
+
+
+@pytest.mark.parametrize("token_level, given, mode", [
+    (True, None, "token-mean"), (False, None, "seq-mean-token-mean"),
+    (True, "seq-mean-token-sum-norm", "seq-mean-token-sum-norm"), (False, "seq-mean-token-mean", "seq-mean-token-mean")])
+def test_the_aggregation_is_the_given_mode_or_upstreams_switch(token_level, given, mode):
+    loss = _spec(rl=_rl(token_level_loss=token_level, loss_agg_mode=given)).loss
+    assert loss.agg_mode == mode and loss.token_level_loss is token_level
+
+
+def test_loss_mode_and_horizon_arrive_as_configured():
+    loss = _spec(rl=_rl(loss_mode="gspo", loss_scale_factor=7)).loss
+    assert loss.loss_mode == "gspo" and loss.horizon == 7.0 and isinstance(loss.horizon, float)
+    assert _spec(rl=_rl()).loss.horizon == 64.0  # unset: the sampling's max_tokens
+
+
+def test_a_contradiction_names_both_keys_and_the_mode_the_switch_implies():
+    with pytest.raises(ValueError) as info:
+        _spec(rl=_rl(token_level_loss=False, loss_agg_mode="seq-mean-token-sum"))
+    assert str(info.value) == ("rl_config.loss_agg_mode='seq-mean-token-sum' contradicts rl_config.token_level_loss="
+                               "false (seq-mean-token-mean); give one of the two")

@@ -163,7 +163,9 @@ def test_masked_gives_the_padded_values_and_where_each_row_has_them():
     assert values.tolist() == [[-4.0, -5.0, -6.0], [-3.0, 0.0, 0.0]]
     assert mask.dtype == torch.bool and mask.tolist() == [[True, True, True], [True, False, False]]
     values, mask = batch.masked("adv", [2, 0])  # one value per row
-    assert values.tolist() == [[3.0], [1.0]] and mask.tolist() == [[True], [True]]
+    assert values.tolist() == [[3.0], [1.0]] and mask.tolist() == [[True], [True]] and mask.dtype == torch.bool
+    values, mask = batch.masked("adv", [])  # no rows: an empty selection still indexes
+    assert values.shape == (0, 1) and mask.shape == (0, 1)
     listed = ColumnBatch({"old": lp})  # rows as tensors, not buffers: the same answer
     assert [t.tolist() for t in listed.masked("old", [0, 1])] == [[[-1.0, -2.0], [-3.0, 0.0]],
                                                                   [[True, True], [True, False]]]
