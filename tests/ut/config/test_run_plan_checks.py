@@ -661,3 +661,10 @@ def test_a_stage_on_a_role_without_a_group_names_the_groups_there_are(monkeypatc
     assert _refused() == ("stage 'judge_probe' runs on role 'judge', which has no worker group in this run "
                           "(groups: ['actor', 'ref'])")
     assert _refused(ppo=True).endswith("(groups: ['actor', 'ref', 'critic'])")
+
+
+def test_the_dr_grpo_switch_must_be_a_bool_and_gae_keys_are_checked_for_ppo_only():
+    assert _refused_set("rl", "norm_adv_by_std_in_grpo", "no") == \
+        "rl_config.norm_adv_by_std_in_grpo='no' must be true or false"
+    assert _plan({"lam": 2.0}).advantage.lam == 2.0  # GRPO reads no lam: not refused
+    assert _refused({"gamma": 2.0}) == "rl_config.gamma=2.0 must be a number in [0, 1]"  # REINFORCE++'s discount
