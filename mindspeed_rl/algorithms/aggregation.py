@@ -9,12 +9,14 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
+from mindspeed_rl.algorithms.registry import did_you_mean
 from mindspeed_rl.algorithms.spec import AGG_MODES
 
 
 def check_mode(mode: str) -> str:
     if mode not in AGG_MODES:
-        raise ValueError(f"rl_config.loss_agg_mode={mode!r} is not one of {list(AGG_MODES)}")
+        raise ValueError(f"rl_config.loss_agg_mode={mode!r} is not one of {list(AGG_MODES)}"
+                         f"{did_you_mean(mode, AGG_MODES)}")
     return mode
 
 

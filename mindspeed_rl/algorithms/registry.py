@@ -3,7 +3,14 @@
 A function is registered once under its name (and any aliases); the run plan looks a name up before Ray
 starts, so an unknown name stops the run with one line naming the config key and the known names.
 """
-from typing import Any, Callable, Dict, Tuple
+import difflib
+from typing import Any, Callable, Dict, Sequence, Tuple
+
+
+def did_you_mean(name, known: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known`` to a misspelled ``name``, else ''."""
+    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class Registry:
@@ -29,7 +36,8 @@ class Registry:
         """The registered name of ``name`` (an alias resolves to its entry); ValueError when unknown."""
         name = self._alias.get(name, name)
         if name not in self.functions:
-            raise ValueError(f"{self.key}={name!r} is not a known {self.what}; known: {self.names()}")
+            raise ValueError(f"{self.key}={name!r} is not a known {self.what}{did_you_mean(name, self.names())}; "
+                             f"known: {self.names()}")
         return name
 
     def get(self, name: str) -> Callable:

@@ -27,6 +27,7 @@ import yaml
 from mindspeed_rl.config_cls.base_config import check_type
 from mindspeed_rl.config_cls.generate_config import GenerateConfig
 from mindspeed_rl.config_cls.key_types import unset_types
+from mindspeed_rl.config_cls.idle_keys import idle_key_lines
 from mindspeed_rl.config_cls.learning_signal import zero_advantage_reasons
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
 from mindspeed_rl.config_cls.model_arch import check_fixed
@@ -257,6 +258,8 @@ def build_configs(cfg):
     check_rl_args(actor_config, rl_config, generate_config)
     plan = build_run_plan(actor_config, rl_config, generate_config, critic_config)
     write_derived(plan, rl_config, generate_config)
+    for line in idle_key_lines(rl_config, plan):
+        warnings.warn(line, UserWarning, stacklevel=2)
     for role in roles:
         role.max_prompt_length = rl_config.max_prompt_length
 

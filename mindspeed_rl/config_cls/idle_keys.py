@@ -1,0 +1,21 @@
+"""Keys set to something that does nothing in the run's setting: one line each (a ``warning:`` in the run,
+a ``note:`` in ``--dry-run``), read from the run plan that decided the setting."""
+from typing import List
+
+
+def idle_key_lines(rl_config, plan) -> List[str]:
+    """What each key of ``rl_config`` that has no effect under ``plan`` would have done, and why it does not."""
+    lines = []
+    loss = plan.worker.loss
+    if rl_config.loss_scale_factor is not None and loss.agg_mode != "seq-mean-token-sum-norm":
+        lines.append(f"rl_config.loss_scale_factor={rl_config.loss_scale_factor} has no effect: it is the length "
+                     f"that loss_agg_mode seq-mean-token-sum-norm divides by, and this run aggregates with "
+                     f"{loss.agg_mode}")
+    if rl_config.norm_adv_by_std_in_grpo is False and plan.features.estimator != "group_norm":
+        lines.append(f"rl_config.norm_adv_by_std_in_grpo=false has no effect: only adv_estimator group_norm (grpo) "
+                     f"divides by the group's std, and this run's estimator is {plan.features.estimator}")
+    if rl_config.async_engine is True and plan.partial is None:
+        lines.append("rl_config.async_engine=true has no effect: it stops partial rollout's passes early, and "
+                     "partial rollout is off (rl_config.partial_rollout_max_split=1; set it above 1, as upstream "
+                     "pairs the two)")
+    return lines
