@@ -94,7 +94,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from mindspeed_rl.config_cls.algorithm_line import algorithm_line
+    from mindspeed_rl.config_cls.algorithm_line import algorithm_change_line, algorithm_line, algorithm_record
     from mindspeed_rl.config_cls.model_arch import check_against_checkpoint, hf_config_kwargs
     from mindspeed_rl.datasets.options import data_options
     from mindspeed_rl.datasets.prompt_dataset import prompt_batches
@@ -129,6 +129,11 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
                               start=state["data_position"], **data_options(actor, rl))
         data = itertools.chain([next(data)], data)  # a bad data_path fails here, before Ray starts
         print(algorithm_line(cfgs.plan, actor.stage))
+        if resume is not None and not resume.finetune:
+            change = algorithm_change_line(state.get("algorithm"), algorithm_record(cfgs.plan, actor.stage),
+                                           resume.folder, resume.iteration)
+            if change:
+                print(change, flush=True)
         for line in cfgs.plan.long_tail_lines():
             print(line)
         print(cfgs.plan.worker.rollout.describe())
@@ -165,6 +170,7 @@ def make_reward(rl, tokenizer, eos_id: int):
 
 def _train(cfgs, tokenizer, data, resume, state, output_dir):
     """Train from ``state`` (``resume.state``, read before Ray started, or a fresh run's)."""
+    from mindspeed_rl.config_cls.algorithm_line import algorithm_record
     from mindspeed_rl.utils.checkpoint import Checkpointer
     from mindspeed_rl.utils.loggers import MetricsLogger
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
@@ -204,7 +210,10 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
             dataset_additional_keys=extra_keys, max_prompt_length=rl.max_prompt_length,
             save_optimizer=not actor.no_save_optim, save_rng=not actor.no_save_rng,
             max_nonfinite_iterations=rl.max_nonfinite_iterations,
-            max_failed_reward_iterations=rl.max_failed_reward_iterations, eos_id=eos_id)
+            max_failed_reward_iterations=rl.max_failed_reward_iterations, eos_id=eos_id,
+            max_all_rejected_iterations=rl.max_all_rejected_iterations,
+            run_identity={"data_path": actor.data_path, "tokenizer": tokenizer},
+            algorithm=algorithm_record(plan, actor.stage))
         trainer.load_state_dict(state)  # the checkpoint's driver state, or a fresh run's
         if resume is not None and not resume.finetune:
             trainer.load_driver_state(resume.folder)

@@ -66,3 +66,26 @@ def algorithm_line(plan, stage: Optional[str]) -> str:
                  else f"{plan.steps_per_iteration} optimizer steps per round")
     return (f"algorithm: {algorithm_name(plan, stage)} (megatron_training.stage={stage or 'ray_grpo'}): "
             + "; ".join(parts))
+
+
+def algorithm_record(plan, stage: Optional[str]) -> dict:
+    """The algorithm a checkpoint was trained with, by the keys that choose it (saved in trainer_state.json)."""
+    loss = plan.worker.loss
+    return {"name": algorithm_name(plan, stage), "megatron_training.stage": stage or "ray_grpo",
+            "rl_config.adv_estimator": plan.features.estimator,
+            "rl_config.norm_adv_by_std_in_grpo": plan.advantage.norm_adv_by_std_in_grpo,
+            "rl_config.loss_mode": loss.loss_mode, "rl_config.loss_agg_mode": loss.agg_mode}
+
+
+def algorithm_change_line(saved: Optional[dict], now: dict, folder: str, iteration: int) -> Optional[str]:
+    """The warning of a resume that trains another algorithm than its checkpoint's (None: the same, or a
+    checkpoint that does not record it)."""
+    if not isinstance(saved, dict):
+        return None
+    changed = [f"{key} {saved[key]!r} -> {value!r}" for key, value in now.items()
+               if key != "name" and key in saved and saved[key] != value]
+    if not changed:
+        return None
+    return (f"warning: checkpoint {folder} (iteration {iteration}) was trained as {saved.get('name', '?')}; this run "
+            f"continues it as {now['name']}: {', '.join(changed)} (weights, optimizer state, KL coefficient and data "
+            f"position carry over)")

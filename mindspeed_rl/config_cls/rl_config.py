@@ -143,6 +143,9 @@ class RLConfig(BaseConfig):
     max_failed_reward_iterations (1): stop after this many iterations in a row in
         which a verifier (of non-zero weight) raised or timed out on every row,
         before training on those zero rewards; 0: never stop (the rows score 0).
+    max_all_rejected_iterations (1): stop after this many iterations in a row in
+        which rollout correction rejected (or weighed 0) every token, before the
+        update; 0: never stop (each such iteration says so).
     seed (1234): seed of the RL-side random generators.
     """
 
@@ -262,6 +265,7 @@ class RLConfig(BaseConfig):
         self.placement_strategy = "auto"
         self.max_nonfinite_iterations = 3
         self.max_failed_reward_iterations = 1
+        self.max_all_rejected_iterations = 1
         self.seed = 1234
 
         self.update(config_dict)
@@ -284,9 +288,9 @@ class RLConfig(BaseConfig):
                 or self.max_nonfinite_iterations < 0:
             raise ValueError(f"rl_config.max_nonfinite_iterations must be an int >= 0, "
                              f"got {self.max_nonfinite_iterations!r}")
-        if self.max_failed_reward_iterations < 0:
-            raise ValueError(f"rl_config.max_failed_reward_iterations must be an int >= 0, "
-                             f"got {self.max_failed_reward_iterations!r}")
+        for key in ("max_failed_reward_iterations", "max_all_rejected_iterations"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"rl_config.{key} must be an int >= 0, got {getattr(self, key)!r}")
         if self.stage_timeout is not None and (isinstance(self.stage_timeout, bool) or not isinstance(
                 self.stage_timeout, (int, float)) or self.stage_timeout <= 0):
             raise ValueError(f"rl_config.stage_timeout must be a number of seconds > 0 (or null), "

@@ -50,7 +50,10 @@ def compute_advantage(trainer, stage) -> Dict[str, float]:
 
 def compute_rollout_correction(trainer, stage) -> Dict[str, float]:
     """IS weights and rejection between the old log-probs and the rollout engine's (rl_config.rollout_correction)."""
-    return correction_stage.compute_rollout_correction(trainer.transfer_dock, stage, trainer.run_plan.correction)
+    spec = trainer.run_plan.correction
+    metrics = correction_stage.compute_rollout_correction(trainer.transfer_dock, stage, spec)
+    trainer.rejection_guard.check(trainer.iteration, metrics, spec)  # stops before training on no token
+    return metrics
 
 
 def compute_kl_rewards(trainer, stage) -> Dict[str, float]:

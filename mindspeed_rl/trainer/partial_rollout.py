@@ -7,13 +7,14 @@ of the table runs on it as usual. The pool is saved beside the workers' state in
 """
 import os
 import time
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
 from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS
 from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics, sum_by_rank
-from mindspeed_rl.trainer.utils.carry_pool import CarryPool
+from mindspeed_rl.trainer.utils.carry_pool import CarryPool, is_int, state_problem
+from mindspeed_rl.utils.tokenizer import tokenizer_digest
 
 POOL_FILE = "carry_pool.pt"
 
@@ -74,8 +75,24 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
     return trainer.finish_step(iteration, metrics, sum_by_rank(rollout_results) + results, start)
 
 
+def pool_identity(plan, data_path: Optional[str] = None, tokenizer=None) -> Dict[str, object]:
+    """What ties a pool to its run, by the key that sets each: the seed, data and tokenizer its prompts were drawn
+    and tokenized with, the batch and group sizes, and the pass budget its rows were cut by (the tokenizer as
+    utils.tokenizer.tokenizer_digest)."""
+    spec = plan.partial
+    identity: Dict[str, object] = {
+        "rl_config.seed": plan.seed, "megatron_training.global_batch_size": plan.prompts_per_round,
+        "rl_config.n_samples_per_prompt": plan.n_samples, "rl_config.partial_rollout_max_split": spec.max_split,
+        "generate_config.sampling_config.max_tokens": spec.max_tokens}
+    if data_path is not None:
+        identity["megatron_training.data_path"] = os.path.normpath(str(data_path))
+    if tokenizer is not None:
+        identity["tokenizer"] = tokenizer_digest(tokenizer)
+    return identity
+
+
 def save_pool(trainer, folder: str) -> None:
-    state = dict(trainer.carry_pool.state_dict(), rollout_passes=trainer.rollout_passes)
+    state = dict(trainer.carry_pool.state_dict(), rollout_passes=trainer.rollout_passes, run=trainer.pool_identity)
     try:
         torch.save(state, os.path.join(folder, POOL_FILE))
     except Exception as err:  # noqa: BLE001  (one line naming the folder; the save is abandoned)
@@ -87,16 +104,59 @@ def has_pool(folder: str) -> bool:
     return os.path.exists(os.path.join(folder, POOL_FILE))
 
 
-def load_pool(trainer, folder: str) -> int:
-    """Continue the rows of ``folder``'s pool; returns how many rows it held. A checkpoint without a pool (saved
-    with partial rollout off) starts an empty one."""
+def read_pool(folder: str, identity: Optional[Dict[str, object]] = None) -> Optional[dict]:
+    """The pool of checkpoint ``folder`` checked whole (None: it has none): ValueError naming the file on a file
+    that does not load, any damage (carry_pool.state_problem), or, given this run's ``identity``, a pool of
+    another run. A pool saved before pools recorded their run is continued with a warning."""
     path = os.path.join(folder, POOL_FILE)
     if not os.path.exists(path):
-        return 0
+        return None
     try:
         state = torch.load(path, weights_only=True)  # plain tensors, ints and lists
     except Exception as err:  # noqa: BLE001  (a damaged file, named)
         raise ValueError(f"partial rollout: cannot read {path}: {type(err).__name__}: {err}") from None
+    problem = state_problem(state)
+    if problem is None and not is_int(state.get("rollout_passes")):
+        problem = f"its 'rollout_passes' is {state.get('rollout_passes')!r}, not an int"
+    if problem:
+        raise ValueError(f"partial rollout: {path} is damaged: {problem}; nothing of it was continued (resume "
+                         f"from another checkpoint, or remove the file to start with an empty pool)")
+    if identity is None:
+        return state
+    saved = state.get("run")
+    if not isinstance(saved, dict):
+        print(f"warning: partial rollout: {path} does not record the run it belongs to (saved before pools "
+              f"recorded it); its rows are continued unchecked", flush=True)
+        return state
+    changed = [f"its {key}={saved.get(key)!r}, this run's {value!r}" for key, value in identity.items()
+               if key in saved and saved[key] != value]
+    if changed:
+        raise ValueError(f"partial rollout: {path} belongs to another run: {'; '.join(changed)}; continuing it "
+                         f"would train that run's prompts and rows: resume with that run's settings, or remove the "
+                         f"file to start with an empty pool")
+    return state
+
+
+def load_pool(trainer, folder: str) -> int:
+    """Continue the rows of ``folder``'s pool (checked whole first, ``read_pool``); returns how many rows it held.
+    A checkpoint without a pool (saved with partial rollout off) starts an empty one."""
+    state = read_pool(folder, trainer.pool_identity)
+    if state is None:
+        return 0
     trainer.carry_pool.load_state_dict(state)
     trainer.rollout_passes = int(state["rollout_passes"])
     return len(trainer.carry_pool.rows)
+
+
+def dropped_pool_line(folder: str) -> Optional[str]:
+    """The warning of a resume with partial rollout off from a checkpoint whose pool holds rows (None: no pool,
+    or an empty one): how many prompts, rows and tokens made so far are dropped."""
+    state = read_pool(folder)
+    if not state or not state["rows"]:
+        return None
+    rows = state["rows"]
+    prompts = len({r["group"] for r in rows})
+    tokens = sum(int(r["tokens"].numel()) for r in rows)
+    return (f"warning: partial rollout is off (rl_config.partial_rollout_max_split=1): the pool of {folder} is "
+            f"dropped: {prompts} prompts in flight, {len(rows)} rows, {tokens} tokens made so far; their prompts "
+            f"are not drawn again")

@@ -11,11 +11,12 @@ from typing import Dict, Iterator, List
 import numpy as np
 from tqdm import tqdm
 
+from mindspeed_rl.config_cls.algorithm_line import algorithm_record
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, ROLLOUT, TRAIN
 from mindspeed_rl.trainer import driver_stages, dynamic_sampling, partial_rollout  # noqa: F401  (registers)
 from mindspeed_rl.trainer.stage_runner import StageRunner
 from mindspeed_rl.algorithms.kl import AdaptiveKLController, FixedKLController
-from mindspeed_rl.trainer.utils.reward_guard import RewardGuard
+from mindspeed_rl.trainer.utils.reward_guard import RejectionGuard, RewardGuard
 from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.utils.checkpoint import Checkpointer
 from mindspeed_rl.utils.loggers import MetricsLogger
@@ -110,7 +111,8 @@ class StageTableTrainer:
                  kl_ctrl_type: str = "fixed", kl_horizon: int = 1000, kl_target: float = 100.0,
                  init_kl_coef: float = 0.001, dataset_additional_keys: List[str] = None, save_interval: int = 0,
                  save_dir: str = None, save_optimizer: bool = True, save_rng: bool = True,
-                 data_position: int = None, eos_id: int = None):
+                 data_position: int = None, eos_id: int = None, max_all_rejected_iterations: int = 1,
+                 run_identity: dict = None, algorithm: dict = None):
         if run_plan is None:
             raise ValueError("the trainer needs the run_plan (config_cls.RunPlan) of the run")
         # the worker group of each role of the stage table
@@ -134,6 +136,7 @@ class StageTableTrainer:
         self.data_position = data_position
         self.max_nonfinite_iterations = max_nonfinite_iterations
         self.reward_guard, self.iteration = RewardGuard(max_failed_reward_iterations), 0
+        self.rejection_guard = RejectionGuard(max_all_rejected_iterations)
         self.last_saved = None
         self.logger = logger or MetricsLogger()
         self.train_iters = train_iters if train_iters is not None else self.run_plan.train_iters
@@ -145,6 +148,11 @@ class StageTableTrainer:
         self.carry_pool = (partial_rollout.make_pool(self.run_plan, eos_id, self.dataset_additional_keys)
                            if self.run_plan.partial is not None else None)
         self.rollout_passes = 0
+        # what ties the pool to this run (data_path, tokenizer: partial_rollout.pool_identity's keywords)
+        self.pool_identity = (partial_rollout.pool_identity(self.run_plan, **(run_identity or {}))
+                              if self.carry_pool is not None else None)
+        # the algorithm each checkpoint records (config_cls.algorithm_line.algorithm_record)
+        self.algorithm = algorithm if algorithm is not None else algorithm_record(self.run_plan, None)
 
     def transfer_dock_init(self):
         plan = self.run_plan
@@ -261,10 +269,11 @@ class StageTableTrainer:
         self.last_saved = self.iteration or None
 
     def state_dict(self, iteration: int) -> Dict[str, float]:
-        """Driver state after ``iteration``: the KL coefficient and the data
-        iterator's position (batches taken; the dock's round follows from it)."""
+        """Driver state after ``iteration``: the KL coefficient, the data iterator's position (batches taken; the
+        dock's round follows from it) and the algorithm trained (a resume that changes it says so)."""
         position = iteration if self.data_position is None else self.data_position
-        return {"iteration": iteration, "kl_coef": self.kl_ctrl.value, "data_position": position}
+        return {"iteration": iteration, "kl_coef": self.kl_ctrl.value, "data_position": position,
+                "algorithm": dict(self.algorithm)}
 
     def save(self, iteration: int) -> str:
         """Checkpoint after ``iteration`` (see utils.checkpoint.Checkpointer)."""
@@ -293,9 +302,10 @@ class StageTableTrainer:
             rows = partial_rollout.load_pool(self, folder)
             if rows:
                 print(f"partial rollout: continuing {rows} rows of {folder}'s pool", flush=True)
-        elif partial_rollout.has_pool(folder):
-            print(f"partial rollout is off (rl_config.partial_rollout_max_split=1): the rows in flight of {folder}'s "
-                  f"pool are dropped; their prompts are not drawn again", flush=True)
+        else:
+            line = partial_rollout.dropped_pool_line(folder)
+            if line:
+                print(line, flush=True)
 
     def checked(self, batch: dict) -> dict:
         """Reject prompts longer than ``max_prompt_length`` (naming the row)."""

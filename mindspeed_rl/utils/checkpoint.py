@@ -284,10 +284,13 @@ FRESH_STATE = {"iteration": 0, "data_position": 0}
 def driver_state(iteration: int, saved: dict) -> dict:
     """The driver's state to continue from a saved trainer state: ``iteration``,
     ``data_position`` (prompt batches taken; DAPO's refills take more than one per
-    iteration) and ``kl_coef``. Other saved keys (an older version's ``dock_round``)
-    are ignored; a state without ``data_position`` counts one batch per iteration."""
-    return {"iteration": iteration, "kl_coef": saved["kl_coef"],
-            "data_position": int(saved.get("data_position", iteration))}
+    iteration), ``kl_coef`` and, when saved, ``algorithm``. Other saved keys (an older version's
+    ``dock_round``) are ignored; a state without ``data_position`` counts one batch per iteration."""
+    state = {"iteration": iteration, "kl_coef": saved["kl_coef"],
+             "data_position": int(saved.get("data_position", iteration))}
+    if "algorithm" in saved:  # what the checkpoint trained (a resume that changes it says so)
+        state["algorithm"] = saved["algorithm"]
+    return state
 
 
 def load_kind(load: Optional[str], finetune: bool, no_load_optim: bool, no_load_rng: bool) -> Optional[str]:

@@ -72,3 +72,13 @@ def get_tokenizer(tokenizer_model: str, tokenizer_type: str = "HuggingFaceTokeni
     elif tok.pad_token is None and eos_for_pad:
         tok.pad, tok.pad_token = tok.eod, tok.eod_token
     return tok
+
+
+def tokenizer_digest(tokenizer) -> str:
+    """What token ids mean, in a few characters: the vocabulary's size and a hash of its (token, id) pairs and the
+    EOS id. Two tokenizers with one digest map every id to the same token."""
+    import hashlib
+    import json
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    text = json.dumps([vocab, tokenizer.eos_token_id], ensure_ascii=False)
+    return f"{len(vocab)} tokens, {hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]}"

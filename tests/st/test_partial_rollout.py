@@ -65,14 +65,3 @@ def test_ppo_and_dapo_train_on_carried_rows_with_the_correction(tmp_path):
         assert history[1]["rollout_corr/rollout_is_max"] != 1.0, name
         if name == "ppo":
             assert all(abs(m["critic/vf_loss"]) < 1e3 for m in history)
-
-
-def test_resuming_a_pool_with_partial_rollout_off_says_what_is_dropped(tmp_path, capsys):
-    tiny, save = str(tmp_path / "tiny"), str(tmp_path / "ckpt")
-    run(CONFIG, ["rl_config.partial_rollout_max_split=2", "megatron_training.train_iters=1",
-                 f"megatron_training.save={save}"], str(tmp_path / "a"), tiny)
-    capsys.readouterr()
-    resumed = run(CONFIG, ["megatron_training.train_iters=2", f"megatron_training.load={save}/iter_0000001"],
-                  str(tmp_path / "b"), tiny)
-    assert len(resumed) == 1
-    assert "partial rollout is off (rl_config.partial_rollout_max_split=1): the rows in flight" in capsys.readouterr().out

@@ -20,6 +20,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 BOUND = 20.0
+TRAINED_FRACTION = "rollout_corr/trained_token_fraction"
 RS_OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3", "seq_mean_k1",
               "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
 
@@ -90,7 +91,8 @@ def correct(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: 
     """(IS weights, kept tokens, metrics) of a batch under ``spec`` (config_cls.rollout_correction
     .CorrectionSpec); weights are 1 where ``spec.rollout_is`` is None, every real token kept where it has
     no rejection rules. Metrics (``rollout_corr/...``): the weights' mean, max and min over real tokens, the
-    fraction of tokens above / below the bounds (before truncation), the rejected token and row fractions."""
+    fraction of tokens above / below the bounds (before truncation), the rejected token and row fractions, and
+    (when the batch has real tokens) the fraction still trained on: kept with a non-zero weight."""
     if old_log_probs.shape != rollout_log_probs.shape or old_log_probs.shape != mask.shape:
         raise ValueError(f"rollout correction: old log-probs {tuple(old_log_probs.shape)}, rollout log-probs "
                          f"{tuple(rollout_log_probs.shape)} and mask {tuple(mask.shape)} must have one shape")
@@ -115,4 +117,6 @@ def correct(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: 
     metrics["rollout_corr/rollout_rs_masked_fraction"] = float(rejected.sum()) / tokens
     metrics["rollout_corr/rollout_rs_seq_masked_fraction"] = (float(rejected.any(dim=-1).sum())
                                                                / max(int(rows.sum()), 1))
+    if real.any():  # tokens the policy gradient still sees: kept, with a non-zero weight
+        metrics[TRAINED_FRACTION] = float((keep & (weights > 0)).sum()) / tokens
     return weights.float(), keep, metrics

@@ -156,6 +156,10 @@ class CarryPool:
                 "max_tokens": self.max_tokens, "pass_tokens": self.pass_tokens}
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue ``state`` (checked whole first, nothing changes on an error: ``state_problem``)."""
+        problem = state_problem(state)
+        if problem:
+            raise ValueError(f"partial rollout: the pool to continue is damaged: {problem}")
         for key in ("n", "max_tokens", "pass_tokens"):
             if state[key] != getattr(self, key):
                 raise ValueError(f"partial rollout: the checkpoint's pool has {key}={state[key]}, this run "
@@ -163,3 +167,68 @@ class CarryPool:
                                  f"partial_rollout_max_split must match to continue its rows)")
         self.rows = [dict(r) for r in state["rows"]]
         self.next_group = int(state["next_group"])
+
+
+# a pool row's fields: (kind, what it must be)
+ROW_FIELDS = {"group": ("int", "an int"), "prompt": ("ids", "a 1-D tensor of token ids"),
+              "extra": ("dict", "a dict"), "tokens": ("ids", "a 1-D tensor of token ids"),
+              "log_probs": ("float", "a 1-D float tensor"), "born": ("ids", "a 1-D tensor of iterations"),
+              "passes": ("int", "an int"), "done": ("bool", "true or false")}
+STATE_INTS = ("next_group", "n", "max_tokens", "pass_tokens")
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _field_problem(value, kind: str) -> bool:
+    if kind == "int":
+        return not is_int(value) or value < 0
+    if kind == "bool":
+        return not isinstance(value, bool)
+    if kind == "dict":
+        return not isinstance(value, dict)
+    if not isinstance(value, torch.Tensor) or value.dim() != 1:
+        return True
+    return value.is_floating_point() != (kind == "float") or value.is_complex() or value.dtype == torch.bool
+
+
+def state_problem(state) -> Optional[str]:
+    """What makes ``state`` (a saved pool) unusable, in words naming the row and field (None: usable): its
+    type, a missing or mistyped key, a row's field of the wrong kind, per-token columns of different lengths,
+    more tokens than max_tokens, a group numbered past next_group or not of n rows."""
+    if not isinstance(state, dict):
+        return f"it holds a {type(state).__name__}, not a pool (a dict)"
+    for key in ("rows",) + STATE_INTS:
+        if key not in state:
+            return f"it lacks '{key}'"
+    for key in STATE_INTS:
+        if not is_int(state[key]) or state[key] < (1 if key in ("n", "pass_tokens", "max_tokens") else 0):
+            return f"its '{key}' is {state[key]!r}, not an int of at least {1 if key != 'next_group' else 0}"
+    if not isinstance(state["rows"], list):
+        return f"its 'rows' is a {type(state['rows']).__name__}, not a list"
+    sizes: Dict[int, int] = {}
+    for k, row in enumerate(state["rows"]):
+        if not isinstance(row, dict):
+            return f"row {k} is a {type(row).__name__}, not a dict"
+        for name, (kind, what) in ROW_FIELDS.items():
+            if name not in row:
+                return f"row {k} lacks '{name}'"
+            if _field_problem(row[name], kind):
+                shown = (f"a {row[name].dim()}-D {row[name].dtype} tensor" if isinstance(row[name], torch.Tensor)
+                         else repr(row[name]) if isinstance(row[name], (bool, int, float, str)) or row[name] is None
+                         else f"a {type(row[name]).__name__}")
+                return f"row {k}'s '{name}' is {shown}, not {what}"
+        made = row["tokens"].numel()
+        if row["log_probs"].numel() != made or row["born"].numel() != made:
+            return (f"row {k} has {made} tokens, {row['log_probs'].numel()} log-probs and {row['born'].numel()} "
+                    f"sampling iterations")
+        if made > state["max_tokens"]:
+            return f"row {k} has {made} tokens, more than max_tokens={state['max_tokens']}"
+        if row["group"] >= state["next_group"]:
+            return f"row {k}'s group {row['group']} is not below next_group={state['next_group']}"
+        sizes[row["group"]] = sizes.get(row["group"], 0) + 1
+    odd = [g for g, count in sizes.items() if count != state["n"]]
+    if odd:
+        return f"group {odd[0]} has {sizes[odd[0]]} rows, not n={state['n']}"
+    return None

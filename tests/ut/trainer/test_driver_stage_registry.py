@@ -84,7 +84,9 @@ def test_the_correction_row_hands_the_dock_its_stage_and_the_plans_correction_sp
     calls = []
     monkeypatch.setattr(driver_stages.correction_stage, "compute_rollout_correction",
                         lambda *a: calls.append(a) or {"ok": 1.0})
-    trainer = SimpleNamespace(transfer_dock=object(), run_plan=SimpleNamespace(correction=object()))
+    from mindspeed_rl.trainer.utils.reward_guard import RejectionGuard
+    trainer = SimpleNamespace(transfer_dock=object(), run_plan=SimpleNamespace(correction=object()), iteration=1,
+                              rejection_guard=RejectionGuard())
     stage = object()
     assert DRIVER_STAGES.get("compute_rollout_correction")(trainer, stage) == {"ok": 1.0}
     assert calls == [(trainer.transfer_dock, stage, trainer.run_plan.correction)]

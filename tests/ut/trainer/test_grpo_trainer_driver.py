@@ -93,7 +93,11 @@ def test_fit_saves_every_interval_and_the_last_iteration(tmp_path, capsys):
     assert group.flags == [(True, True)] * 3  # the optimizer and RNG state are saved by default
     state = json.loads(Path(ckpt.iteration_dir(str(tmp_path), 4), ckpt.STATE).read_text())
     # no batch was taken through step(): the data position is the iteration
-    assert state == {"iteration": 4, "kl_coef": trainer.kl_ctrl.value, "data_position": 4}
+    # the algorithm the checkpoint trained is recorded with it
+    assert state == {"iteration": 4, "kl_coef": trainer.kl_ctrl.value, "data_position": 4, "algorithm": {
+        "name": "GRPO", "megatron_training.stage": "ray_grpo", "rl_config.adv_estimator": "group_norm",
+        "rl_config.norm_adv_by_std_in_grpo": True, "rl_config.loss_mode": "vanilla",
+        "rl_config.loss_agg_mode": "token-mean"}}
     assert Path(ckpt.iteration_dir(str(tmp_path), 4), "weights.txt").is_file()
     assert capsys.readouterr().out.count("saved checkpoint ") == 3
 
@@ -275,7 +279,8 @@ def test_a_save_prints_its_folder_and_how_long_it_took(tmp_path, monkeypatch, ca
 
 def test_the_driver_state_counts_the_batches_taken():
     trainer = _trainer(Saving())
-    assert trainer.state_dict(3) == {"iteration": 3, "kl_coef": trainer.kl_ctrl.value, "data_position": 3}
+    assert trainer.state_dict(3) == {"iteration": 3, "kl_coef": trainer.kl_ctrl.value, "data_position": 3,
+                                     "algorithm": trainer.algorithm}
     resumed = _trainer(Saving(), data_position=7)
     assert resumed.state_dict(3)["data_position"] == 7
 

@@ -27,6 +27,7 @@ class Trainer:
         self.transfer_dock = DriverDock(plan.dock_prompts, plan.n_samples, addition_columns=["labels"],
                                         run_plan=plan)
         self.carry_pool = partial_rollout.make_pool(plan, EOS, ["labels"])
+        self.pool_identity = partial_rollout.pool_identity(plan)
         self.rollout_passes, self.data_position = 0, None
         self.serve = serve  # rows of a pass to serve (default: all)
         self.passes, self.trained = [], []

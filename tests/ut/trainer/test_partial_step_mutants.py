@@ -26,7 +26,7 @@ class _Payload:
 
 
 def _trainer():
-    return SimpleNamespace(carry_pool=CarryPool(2, 8, 4, 0), rollout_passes=0)
+    return SimpleNamespace(carry_pool=CarryPool(2, 8, 4, 0), rollout_passes=0, pool_identity=None)
 
 
 def test_a_pool_file_that_runs_code_when_unpickled_is_refused_and_the_code_never_runs(tmp_path):

@@ -19,6 +19,9 @@ def test_defaults_of_a_trainer_built_with_the_plan_alone():
     assert (adaptive.kl_ctrl.value, adaptive.kl_ctrl.target, adaptive.kl_ctrl.horizon) == (0.001, 100.0, 1000)
     given = _trainer(Saving(), kl_ctrl_type="adaptive", kl_target=0.5, kl_horizon=7)
     assert (given.kl_ctrl.target, given.kl_ctrl.horizon) == (0.5, 7)
+    assert plain.rejection_guard.limit == 1 and plain.reward_guard.limit == 1
+    guarded = _trainer(Saving(), max_all_rejected_iterations=4, max_failed_reward_iterations=0)
+    assert guarded.rejection_guard.limit == 4 and guarded.reward_guard.limit == 0
 
 
 def test_missing_plan_and_missing_group_are_named():
@@ -59,12 +62,10 @@ def test_a_partial_run_saves_and_loads_its_pool_with_the_groups(monkeypatch, tmp
 def test_a_pool_left_by_a_partial_run_is_named_when_partial_rollout_is_off(monkeypatch, capsys):
     trainer = _trainer(Saving())
     seen = []
-    monkeypatch.setattr(partial_rollout, "has_pool", lambda folder: seen.append(folder) or True)
+    monkeypatch.setattr(partial_rollout, "dropped_pool_line", lambda folder: seen.append(folder) or "warning: x")
     trainer.load_driver_state("F")
-    assert seen == ["F"] and capsys.readouterr().out == (
-        "partial rollout is off (rl_config.partial_rollout_max_split=1): the rows in flight of F's pool are "
-        "dropped; their prompts are not drawn again\n")
-    monkeypatch.setattr(partial_rollout, "has_pool", lambda folder: False)
+    assert seen == ["F"] and capsys.readouterr().out == "warning: x\n"
+    monkeypatch.setattr(partial_rollout, "dropped_pool_line", lambda folder: None)
     trainer.load_driver_state("F")
     assert capsys.readouterr().out == ""
 
