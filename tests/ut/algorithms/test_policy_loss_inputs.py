@@ -57,3 +57,19 @@ def test_a_zero_advantage_token_is_in_neither_clip_fraction_even_when_its_ratio_
     _, m = actor_loss(lp, old, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.28, loss_mode="cispo")
     assert m["actor/clip_frac"] == pytest.approx(3 / 4)  # CISPO: every out-of-bounds ratio, whatever the sign
     assert m["actor/clip_frac_high"] == pytest.approx(1 / 4) and m["actor/clip_frac_low"] == 0.0
+
+
+def test_only_clip_ratio_low_given_clips_the_high_side_at_one_plus_clip_ratio():
+    # ratios 1.5 (advantage +1) and 0.5 (advantage -1): clip_ratio 0.2, clip_ratio_low 0.4 -> bounds [0.6, 1.2]
+    old = torch.zeros(1, 2)
+    log_probs = torch.log(torch.tensor([[1.5, 0.5]])).requires_grad_()
+    loss, metrics = actor_loss(log_probs, old, torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), clip_ratio=0.2,
+                               clip_ratio_low=0.4, loss_agg_mode="seq-mean-token-sum")
+    # -min(1.5, 1.2) = -1.2 on the first token; -min(-0.5, -0.6) = 0.6 on the second: both clipped
+    assert loss.item() == pytest.approx(-1.2 + 0.6)
+    loss.backward()
+    assert log_probs.grad.tolist() == [[0.0, 0.0]]  # clipped tokens pass no gradient
+    assert metrics["actor/clip_frac_high"] == 0.5 and metrics["actor/clip_frac_low"] == 0.5
+    high_only, _ = actor_loss(log_probs.detach(), old, torch.tensor([[1.0, -1.0]]), torch.ones(1, 2),
+                              clip_ratio=0.2, clip_ratio_high=0.6, loss_agg_mode="seq-mean-token-sum")
+    assert high_only.item() == pytest.approx(-1.5 + 0.8)  # [0.8, 1.6]: the first token unclipped

@@ -11,13 +11,13 @@ from mindspeed_rl.config_cls.stages import FILTER_METRIC, ROLLOUT
 from ut.dapo.test_dapo_sampling import Reward, _trainer, batches, local  # noqa: F401  (fixture)
 
 
-def sparse_batches(size=8):
-    """Prompt batch k: one odd (kept) group, the other groups all-equal (dropped)."""
-    k = 0
-    while True:
+def sparse_batches(size=8, limit=500):
+    """Prompt batch k: one odd (kept) group, the other groups all-equal (dropped); at most ``limit`` batches (a
+    filter that never fills fails instead of drawing forever)."""
+    for k in range(limit):
         yield {"prompts": [torch.tensor([10 + k, j]) for j in range(size)],
                "labels": [torch.tensor([1 if j == 0 else 0]) for j in range(size)]}
-        k += 1
+    raise AssertionError(f"the test's data ran out after {limit} prompt batches")
 
 
 @pytest.mark.parametrize("limit", ["0", "-1"])

@@ -105,13 +105,13 @@ class Group:
         return [m for m, _, _ in replies], [(out, trace) for _, out, trace in replies if out is not None]
 
 
-def batches(start=0, size=8):
-    """Prompt batch k: prompts [k, j] with labels cycling 0..3 (half the groups odd)."""
-    k = start
-    while True:
+def batches(start=0, size=8, limit=500):
+    """Prompt batch k: prompts [k, j] with labels cycling 0..3 (half the groups odd); at most ``limit`` batches (a
+    filter that never fills fails instead of drawing forever)."""
+    for k in range(start, start + limit):
         yield {"prompts": [torch.tensor([10 + k, j]) for j in range(size)],
                "labels": [torch.tensor([(k + j) % 4]) for j in range(size)]}
-        k += 1
+    raise AssertionError(f"the test's data ran out after {limit} prompt batches")
 
 
 @pytest.fixture
@@ -155,7 +155,8 @@ def test_all_equal_groups_are_dropped_and_batches_refill(local):
     assert all((p[0] - 10 + p[1]) % 2 == 1 for p, _ in trained)
     # the first batch's 4 kept groups and the first 2 of the second, in order
     assert sorted({p for p, _ in trained}) == sorted([(10, 1), (10, 3), (10, 5), (10, 7), (11, 0), (11, 2)])
-    assert trainer.state_dict(1) == {"iteration": 1, "kl_coef": trainer.kl_ctrl.value, "data_position": 2}
+    assert trainer.state_dict(1) == {"iteration": 1, "kl_coef": trainer.kl_ctrl.value, "data_position": 2,
+                                     "algorithm": trainer.algorithm}
     # the refill samples with seeds of its own (each share's seed follows the batch, not the iteration)
     seeds = [s for w in workers for s in w.actor.seeds]
     assert len(seeds) == 4 and len(set(seeds)) == 4

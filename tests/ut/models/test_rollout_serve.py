@@ -183,3 +183,81 @@ def test_generate_passes_the_chunks_budgets():
                                                   "rollout_budget": [torch.tensor([b]) for b in (5, 6, 7, 8)]})
     backend.serve(source, None, seed_of, None, None, 2)
     assert backend.budgets == [[5, 6], [7, 8]]
+
+
+EOS = 0
+# row -> tokens it makes before its EOS (EOS included), and this pass's budget; rows 6 and 7 come last: the states
+# of a round's last take are never reported (no take follows it)
+NATURAL = {0: 3, 1: 4, 2: 6, 3: 4, 4: 2, 5: 9, 6: 1, 7: 1}
+BUDGET = {0: 4, 1: 4, 2: 4, 3: 3, 4: 2, 5: 9, 6: 1, 7: 1}
+
+
+def _made(row):
+    """Row ``row``'s tokens under its budget, and whether it stopped by itself (its EOS within the budget)."""
+    n, budget = NATURAL[row], BUDGET[row]
+    if n <= budget:
+        return [7] * (n - 1) + [EOS], True
+    return [7] * budget, False
+
+
+class BudgetEngine(StandInEngine):
+    """vLLM's engine with budgets: a request stops at its EOS ('stop') or when its budget runs out ('length')."""
+
+    def add_request(self, rid, prompt, params):
+        row, budget = params
+        self.live[rid] = [row, budget, 0]
+
+    def step(self):
+        done = []
+        for rid, (row, budget, _) in list(self.live.items()):
+            tokens, stopped = _made(row)
+            del self.live[rid]
+            out = SimpleNamespace(token_ids=tokens, finish_reason="stop" if stopped else "length", logprobs=None)
+            done.append(SimpleNamespace(request_id=rid, finished=True, outputs=[out]))
+        return done
+
+
+class BudgetGenerate(RolloutBackend):
+    def generate(self, prompts, sampling, seeds, eos_id, pad_id, budgets=None):
+        assert budgets == [BUDGET[s - 1000] for s in seeds]
+        return RolloutResult([torch.tensor(_made(s - 1000)[0], dtype=torch.int32) for s in seeds])
+
+
+class States(LocalSource):
+    """Keeps every state a take reported (position -> state)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.states = {}
+
+    def request(self, want, progress=None):
+        def kept():
+            report = progress()
+            self.states.update({p: s for p, _, s in report if s != RUNNING})
+            return report
+        return super().request(want, kept if progress else None)
+
+
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+def test_a_row_that_uses_exactly_its_budget_without_an_end_token_is_cut_on_every_serve_path(backend):
+    rows = len(NATURAL)
+    queue = RolloutQueue()
+    queue.load(1, rows, 1, chunk=2 if backend == "hf" else None)
+    inputs = {"prompts": [torch.arange(2)] * rows, "rollout_budget": [torch.tensor([BUDGET[r]]) for r in range(rows)]}
+    # the rows in a scattered order: position p holds row order[p]
+    order = [3, 0, 5, 1, 4, 2, 6, 7]
+    source = States(queue, 0, [1000 + r for r in order], dict((k, [v[r] for r in order]) for k, v in inputs.items()))
+    if backend == "hf":
+        served = BudgetGenerate().serve(source, None, lambda row: row, EOS, None, 2)
+    else:
+        rollout = _vllm(cap=2)
+        rollout.llm = SimpleNamespace(llm_engine=BudgetEngine(2))
+        rollout.settings = RolloutSpec("vllm", "test", max_num_seqs=2)
+        rollout._params = lambda sampling, seed, eos_id, budget=None: (seed - 1000, int(budget))
+        served = rollout.serve(source, None, lambda row: row, EOS, None, 2)
+    states = {order[p]: s for p, s in source.states.items() if order[p] < 6}
+    # rows 0 and 1 end with their EOS (row 1 exactly at its budget), row 4 too; rows 2 and 3 run out of budget
+    # without one (row 3 exactly: 3 tokens of 3), and row 5's budget is its whole length with its EOS last
+    assert states == {0: COMPLETE, 1: COMPLETE, 2: CUT, 3: CUT, 4: COMPLETE, 5: COMPLETE}
+    for row, response in zip(served.rows, served.responses):
+        assert response.tolist() == _made(row - 1000)[0]

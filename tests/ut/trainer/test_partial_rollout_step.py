@@ -34,13 +34,12 @@ class Trainer:
         self.data_iter = iter(self._batches())
 
     @staticmethod
-    def _batches():
-        k = 0
-        while True:
+    def _batches(limit=200):
+        for k in range(limit):  # a step that never fills its pool fails here instead of drawing forever
             lengths = [(k * 8 + i) % 12 + 3 for i in range(8)]  # natural lengths 3..14 (10 is max_tokens)
             yield {"prompts": [torch.tensor([L, 20 + k], dtype=torch.int32) for L in lengths],
                    "labels": [torch.tensor([L]) for L in lengths]}
-            k += 1
+        raise AssertionError(f"the test's data ran out after {limit} prompt batches")
 
     def checked(self, batch):
         return batch
@@ -54,6 +53,7 @@ class Trainer:
             return {"train": 1.0}, []
         got = td.get_rows(["prompts", ROLLOUT_BUDGET], rows)
         served = self.serve(rows) if self.serve else rows
+        assert len(self.passes) < 200, "the step never completed enough prompts"  # fail, never hang
         self.passes.append((iteration, len(rows), len(served)))
         responses, log_probs = [], []
         for r in served:
@@ -122,6 +122,29 @@ def test_a_stopped_pass_extends_only_the_rows_it_served():
     for row in t.carry_pool.rows:
         assert row["tokens"].numel() <= 4 * row["passes"] and (row["passes"] == 0) == (row["tokens"].numel() == 0)
     assert any(row["passes"] == 0 for row in t.carry_pool.rows)  # some rows were never served yet
+
+
+def test_a_pass_that_serves_scattered_rows_puts_each_response_on_its_own_pool_row():
+    def scattered(rows):  # every other row of the pass, the last first: never a prefix of the round
+        return rows[1::2][::-1]
+    t = Trainer("rl_config.async_engine=true", serve=scattered)
+    made = []
+    extend = t.carry_pool.extend
+
+    def recording(indexes, responses, log_probs, iteration):
+        made.append(list(indexes))
+        return extend(indexes, responses, log_probs, iteration)
+    t.carry_pool.extend = recording
+    partial_rollout.step(t, 1, next(t.data_iter))
+    assert all(served == total // 2 for _, total, served in t.passes) and len(t.passes) > 1
+    assert any(indexes != list(range(len(indexes))) for indexes in made)  # pool rows past a prefix were served
+    # every token a row holds is its own prompt's (prompt [L, ..] makes L, L, ..., EOS): none landed on another row
+    for prompt, response in zip(t.trained[0]["prompts"], t.trained[0]["responses"]):
+        assert response.numel() == min(int(prompt[0]), 10) and (response[:-1] == int(prompt[0])).all()
+    for row in t.carry_pool.rows:
+        tokens = row["tokens"][:-1] if row["done"] else row["tokens"]
+        assert (tokens == int(row["prompt"][0])).all() and row["tokens"].numel() <= 4 * row["passes"]
+        assert (row["passes"] == 0) == (row["tokens"].numel() == 0)
 
 
 def test_the_pool_goes_into_the_checkpoint_and_comes_back(tmp_path):

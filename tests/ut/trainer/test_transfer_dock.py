@@ -32,15 +32,19 @@ def _loads(total, shares):
     return np.array([total[s].sum() for s in shares])
 
 
-def _round(td, consumer, count, balance, get_n_samples=True):
+def _round(td, consumer, count, balance, get_n_samples=True, max_calls=1000):
+    """Requests until every row is consumed; a round that serves rows forever (a wrong row mapping) fails after
+    ``max_calls`` requests instead of hanging."""
     shares = []
-    while not td.all_consumed(consumer):
+    for _ in range(max_calls):
+        if td.all_consumed(consumer):
+            return shares
         batch, idx = td.get_experience(consumer, COLS, count, get_n_samples=get_n_samples,
                                        use_batch_seqlen_balance=balance)
         assert batch is not None, "all rows are ready, a request must be served"
         assert len(batch["responses"]) == len(idx)
         shares.append(idx)
-    return shares
+    pytest.fail(f"{consumer}: rows still unconsumed after {max_calls} requests (served: {shares[:4]}...)")
 
 
 def test_balanced_round_serves_every_row_once_and_matches_offline():

@@ -9,10 +9,13 @@ import torch
 from mindspeed_rl.utils.rollout_queue import LocalSource, PromptLengths, RolloutQueue, Take
 
 
-def _drain(queue, consumers, want, key=1, progress=None):
-    """Round-robin takes until every consumer gets an empty answer; returns each consumer's takes."""
+def _drain(queue, consumers, want, key=1, progress=None, max_rounds=10_000):
+    """Round-robin takes until every consumer gets an empty answer; returns each consumer's takes. A queue that
+    answers forever fails after ``max_rounds`` rounds instead of hanging."""
     takes, seq, done = {c: [] for c in range(consumers)}, [0] * consumers, set()
-    while len(done) < consumers:
+    for _ in range(max_rounds):
+        if len(done) == consumers:
+            return takes
         for c in range(consumers):
             if c in done:
                 continue
@@ -22,7 +25,7 @@ def _drain(queue, consumers, want, key=1, progress=None):
                 takes[c].append(rows)
             else:
                 done.add(c)
-    return takes
+    pytest.fail(f"the queue still hands out rows after {max_rounds} rounds ({len(done)} of {consumers} consumers done)")
 
 
 def test_chunks_are_fixed_slices_whoever_takes_them():
