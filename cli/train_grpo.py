@@ -96,6 +96,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
 
     from mindspeed_rl.config_cls.algorithm_line import algorithm_line
     from mindspeed_rl.config_cls.model_arch import check_against_checkpoint, hf_config_kwargs
+    from mindspeed_rl.config_cls.rollout_spec import check_model_len
     from mindspeed_rl.datasets.options import data_options
     from mindspeed_rl.datasets.prompt_dataset import prompt_batches
     from mindspeed_rl.models.tiny_model import build_tiny_checkpoint
@@ -113,6 +114,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
         build_tiny_checkpoint(tiny_model_dir, seed=0, **hf_config_kwargs(actor))
     _check_model_folder(actor.model_path, tokenizer_path=actor.tokenizer_name_or_path)
     check_against_checkpoint(actor, actor.model_path)
+    check_model_len(cfgs.plan.worker.rollout, actor, actor.model_path)  # the checkpoint's limit, now it exists
     tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path,
                                               trust_remote_code=gen.trust_remote_code)
     from mindspeed_rl.utils.checkpoint import FRESH_STATE
