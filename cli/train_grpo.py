@@ -170,19 +170,23 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
     from mindspeed_rl.utils.checkpoint import Checkpointer
     from mindspeed_rl.utils.loggers import MetricsLogger
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
+    from mindspeed_rl.utils.wandb_log import wandb_settings
     from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
 
     actor, rl, plan = cfgs.actor_config, cfgs.rl_config, cfgs.plan
     eos_id = tokenizer.eos_token_id
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
     os.makedirs(output_dir, exist_ok=True)
+    start = state["iteration"]
+    sections = {"megatron_training": actor.dict(), "rl_config": rl.dict(),
+                "generate_config": cfgs.generate_config.dict()}
+    # before Ray: a fresh run's sinks (wandb's start too) open here, a resumed run's once its checkpoint has loaded
+    logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard, resume_from=start,
+                           checkpoint=resume.folder if resume else None, wandb=wandb_settings(rl, sections))
     started = init_ray(temp_dir=os.path.join(output_dir, "ray"))
     install_signal_handlers()  # again: ray.init puts its own SIGTERM handler in place
     groups, trainer = {}, None
     ok = False
-    start = state["iteration"]
-    logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard, resume_from=start,
-                           checkpoint=resume.folder if resume else None)
     reward = make_reward(rl, tokenizer, eos_id)
     try:
         classes = worker_classes()

@@ -226,3 +226,23 @@ def test_a_max_model_len_past_the_models_positions_stops_before_ray_with_vllm(ca
         "its rows are decoded one after another with no batching and it takes one row at a time from the rollout "
         "queue; raise it (e.g. to the rows an engine takes per iteration) to batch rows within an engine"]
     assert not ray.is_initialized()
+
+
+def test_use_wandb_without_wandb_stops_before_ray_naming_the_install(capsys, tmp_path, tiny_dir, monkeypatch):
+    from mindspeed_rl.utils import ray_utils
+    from mindspeed_rl.utils.wandb_log import INSTALL
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started")
+    monkeypatch.setattr(ray_utils, "init_ray", no_ray)
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed: import wandb fails
+    line = f"error: rl_config.use_wandb: true needs the wandb package, which is not installed: {INSTALL}\n"
+    capsys.readouterr()
+    for extra in (["--dry-run"], [f"megatron_training.model_path={tiny_dir}", "--output-dir", str(tmp_path / "o")]):
+        assert main(["--config", TINY, "rl_config.use_wandb=true", *extra]) == 2
+        assert capsys.readouterr().err == line
+    assert not (tmp_path / "o").exists() and not ray.is_initialized()
+    # a wandb key while use_wandb is off does nothing, and says so
+    assert main(["--config", TINY, "--dry-run", "rl_config.wandb_project=p"]) == 0
+    assert "note: rl_config.wandb_project='p' is not implemented: no effect while rl_config.use_wandb is false" \
+        in capsys.readouterr().out
