@@ -151,7 +151,10 @@ _UNSCALED_ROPE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek
 def _checkpoint_limit(path: str) -> Optional[int]:
     """max_position_embeddings of a config.json, times its RoPE scaling factor where vLLM applies one."""
     with open(path, encoding="utf-8") as f:
-        cfg = json.load(f)
+        try:
+            cfg = json.load(f)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON ({err.msg}, line {err.lineno})") from None
     cfg = cfg.get("text_config") or cfg
     limit = cfg.get("max_position_embeddings")
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}

@@ -60,6 +60,11 @@ def test_the_checkpoints_config_json_is_read_first_with_vllms_rope_factor(tmp_pa
     assert model_len_limit(None, yarn)[0] == 32
     nested = _checkpoint(tmp_path / "d", text_config={"max_position_embeddings": 16})
     assert model_len_limit(None, nested)[0] == 16
+    broken = tmp_path / "f"
+    broken.mkdir()
+    (broken / "config.json").write_text("{")
+    with pytest.raises(ValueError, match=r"/f/config\.json: not valid JSON \(Expecting"):
+        model_len_limit(_section(64), str(broken))
     # a config.json without the key: the section's
     assert model_len_limit(_section(64), _checkpoint(tmp_path / "e", hidden_size=8)) == (64, "the model section")
 
