@@ -66,8 +66,12 @@ class WandbRun:
         run_id = secrets.token_hex(4)
         self.group = first or run_id  # the group's name: its first run's id
         config = dict(settings.config, **({"resumed_from_iteration": resume_from} if resume_from else {}))
-        self.run = wandb.init(project=settings.project, name=settings.name, dir=folder, config=config,
-                              id=run_id, group=self.group)
+        try:
+            self.run = wandb.init(project=settings.project, name=settings.name, dir=folder, config=config,
+                                  id=run_id, group=self.group)
+        except Exception as err:  # noqa: BLE001  (e.g. no API key, no network: one line naming the key)
+            raise RuntimeError(f"rl_config.use_wandb: wandb could not start a run ({type(err).__name__}: "
+                               f"{' '.join(str(err).split())}); WANDB_MODE=offline writes its files only") from None
         if output_dir and not first:
             tmp = os.path.join(output_dir, ID_FILE + ".tmp")
             with open(tmp, "w", encoding="utf-8") as f:

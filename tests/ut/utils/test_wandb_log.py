@@ -93,6 +93,17 @@ def test_the_save_dir_key_then_wandb_dir_then_the_run_folder(tmp_path, fake_wand
     assert (tmp_path / "w").is_dir() and (tmp_path / "env").is_dir()
 
 
+def test_a_run_wandb_cannot_start_is_one_line_naming_the_key_and_offline_mode(tmp_path, fake_wandb, monkeypatch):
+    def refuse(**kwargs):
+        raise ValueError("api_key not configured\n(no-tty)")
+    monkeypatch.setattr(sys.modules["wandb"], "init", refuse)
+    with pytest.raises(RuntimeError) as info:
+        MetricsLogger(str(tmp_path), wandb=WandbSettings("p", None, None, {}))
+    assert str(info.value) == ("rl_config.use_wandb: wandb could not start a run (ValueError: api_key not configured "
+                               "(no-tty)); WANDB_MODE=offline writes its files only")
+    assert not (tmp_path / ID_FILE).exists()
+
+
 def test_use_wandb_without_wandb_installed_is_one_line_naming_the_key(monkeypatch):
     check_wandb(RLConfig({"use_wandb": True}))  # installed here (the test extra)
     monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed: import wandb fails
