@@ -96,6 +96,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
 
     from mindspeed_rl.config_cls.algorithm_line import algorithm_change_line, algorithm_line, algorithm_record
     from mindspeed_rl.config_cls.model_arch import check_against_checkpoint, hf_config_kwargs
+    from mindspeed_rl.config_cls.rollout_spec import check_model_len
     from mindspeed_rl.datasets.options import data_options
     from mindspeed_rl.datasets.prompt_dataset import prompt_batches
     from mindspeed_rl.models.tiny_model import build_tiny_checkpoint
@@ -113,6 +114,7 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
         build_tiny_checkpoint(tiny_model_dir, seed=0, **hf_config_kwargs(actor))
     _check_model_folder(actor.model_path, tokenizer_path=actor.tokenizer_name_or_path)
     check_against_checkpoint(actor, actor.model_path)
+    check_model_len(cfgs.plan.worker.rollout, actor, actor.model_path)  # the checkpoint's limit, now it exists
     tokenizer = AutoTokenizer.from_pretrained(actor.tokenizer_name_or_path or actor.model_path,
                                               trust_remote_code=gen.trust_remote_code)
     from mindspeed_rl.utils.checkpoint import FRESH_STATE
@@ -174,19 +176,23 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
     from mindspeed_rl.utils.checkpoint import Checkpointer
     from mindspeed_rl.utils.loggers import MetricsLogger
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
+    from mindspeed_rl.utils.wandb_log import wandb_settings
     from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
 
     actor, rl, plan = cfgs.actor_config, cfgs.rl_config, cfgs.plan
     eos_id = tokenizer.eos_token_id
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
     os.makedirs(output_dir, exist_ok=True)
+    start = state["iteration"]
+    sections = {"megatron_training": actor.dict(), "rl_config": rl.dict(),
+                "generate_config": cfgs.generate_config.dict()}
+    # before Ray: a fresh run's sinks (wandb's start too) open here, a resumed run's once its checkpoint has loaded
+    logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard, resume_from=start,
+                           checkpoint=resume.folder if resume else None, wandb=wandb_settings(rl, sections))
     started = init_ray(temp_dir=os.path.join(output_dir, "ray"))
     install_signal_handlers()  # again: ray.init puts its own SIGTERM handler in place
     groups, trainer = {}, None
     ok = False
-    start = state["iteration"]
-    logger = MetricsLogger(output_dir, use_tensorboard=rl.use_tensorboard, resume_from=start,
-                           checkpoint=resume.folder if resume else None)
     reward = make_reward(rl, tokenizer, eos_id)
     try:
         classes = worker_classes()

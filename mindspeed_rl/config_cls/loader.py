@@ -32,11 +32,13 @@ from mindspeed_rl.config_cls.learning_signal import zero_advantage_reasons
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
 from mindspeed_rl.config_cls.model_arch import check_fixed
 from mindspeed_rl.config_cls.rl_config import RLConfig
+from mindspeed_rl.config_cls.rollout_spec import check_model_len, warn_rollout
 from mindspeed_rl.config_cls.run_plan import RunPlan, build_run_plan
 from mindspeed_rl.config_cls.unimplemented import check_keys
 from mindspeed_rl.config_cls.validate_config import check_rl_args, write_derived
 from mindspeed_rl.utils.checkpoint import CheckpointError, load_kind, resolve
 from mindspeed_rl.utils.megatron_format import megatron_load_error
+from mindspeed_rl.utils.wandb_log import check_wandb
 
 REPO_MODEL_DIR = Path(__file__).resolve().parents[2] / "configs" / "model"
 ROLE_SECTIONS = ("megatron_training", "actor_config", "ref_config", "reward_config", "critic_config")
@@ -256,7 +258,10 @@ def build_configs(cfg):
     for reason in zero_advantage_reasons(rl_config):
         warnings.warn(f"nothing can be learned: {reason}", UserWarning, stacklevel=2)
     check_rl_args(actor_config, rl_config, generate_config)
+    check_wandb(rl_config)
     plan = build_run_plan(actor_config, rl_config, generate_config, critic_config)
+    check_model_len(plan.worker.rollout, actor_config, actor_config.model_path)
+    warn_rollout(plan.worker.rollout)
     write_derived(plan, rl_config, generate_config)
     for line in idle_key_lines(rl_config, plan):
         warnings.warn(line, UserWarning, stacklevel=2)

@@ -6,6 +6,9 @@ from the actor after every update), ``hf`` (transformers ``generate`` on the act
 """
 import importlib.metadata
 import importlib.util
+import json
+import os
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -139,3 +142,61 @@ def rollout_spec(actor_config, generate_config, device_type: Optional[str] = Non
         enable_prefix_caching=_flag("generate_config.enable_prefix_caching", g.enable_prefix_caching),
         enforce_eager=_flag("generate_config.enforce_eager", g.enforce_eager),
         logprobs=_number("generate_config.sampling_config.logprobs", logprobs, int, optional=True))
+
+
+# RoPE types whose factor vLLM does not apply to max_position_embeddings (vllm config/model.py, 0.32)
+_UNSCALED_ROPE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def _checkpoint_limit(path: str) -> Optional[int]:
+    """max_position_embeddings of a config.json, times its RoPE scaling factor where vLLM applies one."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            cfg = json.load(f)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON ({err.msg}, line {err.lineno})") from None
+    cfg = cfg.get("text_config") or cfg
+    limit = cfg.get("max_position_embeddings")
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    if limit is None or not isinstance(rope, dict):
+        return limit
+    if rope.get("rope_type", rope.get("type")) not in _UNSCALED_ROPE and rope.get("factor"):
+        return int(limit * rope["factor"])
+    return limit
+
+
+def model_len_limit(actor_config, model_path: Optional[str] = None) -> Optional[Tuple[int, str]]:
+    """(the model's max_position_embeddings, where it was read): the checkpoint's config.json when it exists
+    (what vLLM reads), else the model section; None when neither gives it."""
+    path = os.path.join(model_path, "config.json") if model_path else None
+    if path and os.path.isfile(path):
+        limit = _checkpoint_limit(path)
+        if limit is not None:
+            return int(limit), path
+    section = getattr(actor_config, "max_position_embeddings", None)
+    if section is not None:
+        return int(section), "the model section"
+    return None
+
+
+def check_model_len(spec: RolloutSpec, actor_config, model_path: Optional[str] = None) -> None:
+    """vLLM refuses a max_model_len above the model's max_position_embeddings (on its worker, as an error Ray
+    cannot carry) unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set: say so before the run. transformers generate
+    has no such limit (RoPE positions are computed for any length)."""
+    if spec.backend != "vllm" or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower() in ("1", "true"):
+        return
+    found = model_len_limit(actor_config, model_path)
+    if found is not None and spec.max_model_len > found[0]:
+        raise ValueError(f"generate_config.max_model_len={spec.max_model_len} exceeds the model's "
+                         f"max_position_embeddings={found[0]} ({found[1]}): vLLM cannot serve it; lower "
+                         f"generate_config.max_model_len")
+
+
+def warn_rollout(spec: RolloutSpec) -> None:
+    """Settings that run but likely not as meant, as config warnings."""
+    if spec.backend == "vllm" and spec.max_num_seqs == 1:
+        warnings.warn("generate_config.max_num_seqs=1 with the vLLM backend: each engine runs one request at a "
+                      "time, so its rows are decoded one after another with no batching and it takes one row at a "
+                      "time from the rollout queue; raise it (e.g. to the rows an engine takes per iteration) to "
+                      "batch rows within an engine",
+                      UserWarning, stacklevel=3)

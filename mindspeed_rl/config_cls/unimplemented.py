@@ -29,6 +29,13 @@ def _moe(values):
     return bool(values.get("num_experts"))
 
 
+_NO_WANDB = "no effect while rl_config.use_wandb is false (use_wandb: true logs the metrics to Weights & Biases)"
+
+
+def _no_wandb(values):
+    return not values.get("use_wandb")
+
+
 @dataclass(frozen=True)
 class Key:
     section: str      # rl_config, megatron_training, generate_config, sampling_config
@@ -62,10 +69,9 @@ KEYS: List[Key] = [
     Key("rl_config", "enable_sharding_validate", WARN, "no resharding, nothing to validate"),
     Key("rl_config", "tp_split_expert", WARN, "MoE experts (Qwen3-MoE, DeepSeek-V3) are sharded by FSDP and "
         "replicated over TP, never split over TP"),
-    Key("rl_config", "use_wandb", WARN, "metrics go to metrics.jsonl and TensorBoard"),
-    Key("rl_config", "wandb_project", WARN, "no wandb"),
-    Key("rl_config", "wandb_exp_name", WARN, "no wandb"),
-    Key("rl_config", "wandb_save_dir", WARN, "no wandb"),
+    Key("rl_config", "wandb_project", WARN, _NO_WANDB, applies=_no_wandb),
+    Key("rl_config", "wandb_exp_name", WARN, _NO_WANDB, applies=_no_wandb),
+    Key("rl_config", "wandb_save_dir", WARN, _NO_WANDB, applies=_no_wandb),
     Key("rl_config", "blocking", WARN, "stages always run one after another", lambda v: v is False),
     Key("rl_config", "num_cpus_for_local_task", WARN, "driver-side stages run in the driver process"),
     Key("rl_config", "num_cpus_for_placement_group", WARN,

@@ -1,4 +1,5 @@
-"""Per-iteration metrics to stdout, a JSONL file and TensorBoard (when installed);
+"""Per-iteration metrics to stdout, a JSONL file, TensorBoard (when installed) and Weights & Biases
+(rl_config.use_wandb; utils/wandb_log.py);
 Loggers: upstream's named console logger.
 
 A run folder belongs to one run: a fresh run stops (``check_run_folder``) when
@@ -89,12 +90,14 @@ class _Records:
 
 class MetricsLogger:
     def __init__(self, output_dir: Optional[str] = None, use_tensorboard: bool = False,
-                 resume_from: Optional[int] = None, checkpoint: Optional[str] = None):
+                 resume_from: Optional[int] = None, checkpoint: Optional[str] = None, wandb=None):
         """``resume_from``: the iteration a resumed run starts after (None or 0: a fresh run, which
         refuses a folder holding another run's records); ``checkpoint`` goes into the resume marker.
         A resumed run touches nothing (no dropped records, no marker) until ``start`` is called
-        once its checkpoint has loaded (or its first record is logged)."""
+        once its checkpoint has loaded (or its first record is logged). ``wandb``: a
+        ``wandb_log.WandbSettings`` (None: no wandb)."""
         self.jsonl = None
+        self.wandb_settings, self.wandb = wandb, None
         self.balance = None
         self.tensorboard = None
         self.output_dir, self.use_tensorboard = output_dir, use_tensorboard
@@ -111,6 +114,9 @@ class MetricsLogger:
         if self.started:
             return
         self.started = True
+        if self.wandb_settings is not None:
+            from mindspeed_rl.utils.wandb_log import WandbRun
+            self.wandb = WandbRun(self.wandb_settings, self.output_dir, self.resume_from)
         if not self.output_dir:
             return
         self.jsonl = self._open(os.path.join(self.output_dir, METRICS_FILE))
@@ -148,6 +154,8 @@ class MetricsLogger:
         if self.tensorboard:
             for key, value in metrics.items():
                 self.tensorboard.add_scalar(f"train/{key}", value, iteration)
+        if self.wandb:
+            self.wandb.log(iteration, metrics)
 
     def log_balance(self, iteration: int, plans: List[dict]):
         """Per-share loads of each DP-balance plan (``balance.jsonl``), for reports."""
@@ -162,6 +170,8 @@ class MetricsLogger:
             self.jsonl.close()
         if self.tensorboard:
             self.tensorboard.close()
+        if self.wandb:
+            self.wandb.close()
 
 
 class Loggers:

@@ -8,6 +8,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from cli.train_grpo import run  # noqa: E402
+from wandb_records import offline_env, offline_runs  # noqa: E402
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "grpo_tiny_cpu.yaml")
 
@@ -17,8 +18,10 @@ def tiny_model(tmp_path_factory):
     return str(tmp_path_factory.mktemp("tiny") / "model")
 
 
-def test_dp2_balance_on_runs_and_logs_balance(tiny_model, tmp_path):
-    history = run(CONFIG, ["megatron_training.train_iters=2"], str(tmp_path), tiny_model)
+def test_dp2_balance_on_runs_and_logs_balance(tiny_model, tmp_path, monkeypatch):
+    offline_env(monkeypatch, tmp_path)  # rl_config.use_wandb: offline, files only
+    history = run(CONFIG, ["megatron_training.train_iters=2", "rl_config.use_wandb=true",
+                           "rl_config.wandb_exp_name=dp2"], str(tmp_path), tiny_model)
     assert len(history) == 2
     for m in history:
         assert m["reward/min"] <= m["reward/mean"] <= m["reward/max"]
@@ -35,6 +38,10 @@ def test_dp2_balance_on_runs_and_logs_balance(tiny_model, tmp_path):
     assert ours < rand
     rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
     assert [r["iteration"] for r in rows] == [1, 2]
+    # the same records went to wandb, at step = iteration, with the run's config
+    (logged,) = offline_runs(str(tmp_path))
+    assert logged["history"] == {r["iteration"]: {k: v for k, v in r.items() if k != "iteration"} for r in rows}
+    assert logged["name"] == "dp2" and logged["config"]["rl_config"]["n_samples_per_prompt"] == 4
     plans = [json.loads(line) for line in open(tmp_path / "balance.jsonl")]
     assert {p["consumer"] for p in plans} == set(stages) | {"actor_rollout"}
     for p in plans:

@@ -193,3 +193,56 @@ def test_the_reward_takes_rl_configs_verifiers_pool_and_timeout():
         assert list(reward.verifier_function) == ["acc", "format"] and list(reward.verifier_weight) == [1.0, 0.5]
     finally:
         reward.close()
+
+
+def test_a_max_model_len_past_the_models_positions_stops_before_ray_with_vllm(capsys, tmp_path, monkeypatch):
+    from mindspeed_rl.config_cls import rollout_spec
+    from mindspeed_rl.utils import ray_utils
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started")
+    monkeypatch.setattr(ray_utils, "init_ray", no_ray)
+    monkeypatch.setattr(rollout_spec, "vllm_version", lambda: "0.0-test")  # as if vLLM were installed
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    model = tmp_path / "model"
+    args = ["--config", TINY, "--tiny-model-dir", str(model), "--output-dir", str(tmp_path / "out"),
+            "generate_config.rollout_backend=vllm", "megatron_training.num_attention_heads=2",
+            "megatron_training.num_query_groups=2", "generate_config.max_model_len=128"]
+    tail = ": vLLM cannot serve it; lower generate_config.max_model_len\n"
+    # the model section's limit, found with the config: no checkpoint is built
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err == "error: generate_config.max_model_len=128 exceeds the model's max_position_embeddings=64 " \
+                  "(the model section)" + tail
+    assert not model.exists()
+    # a section without the key: the limit of the checkpoint's config.json, once it is built
+    assert main(args + ["model.tiny_qwen2.max_position_embeddings=null"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "error: generate_config.max_model_len=128 exceeds the model's max_position_embeddings=64 " \
+                           f"({model / 'config.json'})" + tail
+    # max_num_seqs is left at 1: its one warning line came first
+    assert [l for l in captured.out.splitlines() if l.startswith("warning: generate_config.max_num_seqs")] == [
+        "warning: generate_config.max_num_seqs=1 with the vLLM backend: each engine runs one request at a time, so "
+        "its rows are decoded one after another with no batching and it takes one row at a time from the rollout "
+        "queue; raise it (e.g. to the rows an engine takes per iteration) to batch rows within an engine"]
+    assert not ray.is_initialized()
+
+
+def test_use_wandb_without_wandb_stops_before_ray_naming_the_install(capsys, tmp_path, tiny_dir, monkeypatch):
+    from mindspeed_rl.utils import ray_utils
+    from mindspeed_rl.utils.wandb_log import INSTALL
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started")
+    monkeypatch.setattr(ray_utils, "init_ray", no_ray)
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed: import wandb fails
+    line = f"error: rl_config.use_wandb: true needs the wandb package, which is not installed: {INSTALL}\n"
+    capsys.readouterr()
+    for extra in (["--dry-run"], [f"megatron_training.model_path={tiny_dir}", "--output-dir", str(tmp_path / "o")]):
+        assert main(["--config", TINY, "rl_config.use_wandb=true", *extra]) == 2
+        assert capsys.readouterr().err == line
+    assert not (tmp_path / "o").exists() and not ray.is_initialized()
+    # a wandb key while use_wandb is off does nothing, and says so
+    assert main(["--config", TINY, "--dry-run", "rl_config.wandb_project=p"]) == 0
+    assert "note: rl_config.wandb_project='p' is not implemented: no effect while rl_config.use_wandb is false" \
+        in capsys.readouterr().out

@@ -87,10 +87,18 @@ class VLLMRollout(RolloutBackend):
             hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
             kwargs["kv_cache_memory_bytes"] = kv_cache_bytes(hf_config, spec, self.dtype, ranks_on_node,
                                                              psutil.virtual_memory().total)
+            # a seeded request whose prefill is split over steps stops vLLM's CPU build ("CPU Generator does
+            # not use offset"): prompts are prefilled whole (max_num_batched_tokens >= max_model_len above)
+            kwargs["enable_chunked_prefill"] = False
         else:
             kwargs["gpu_memory_utilization"] = spec.gpu_memory_utilization
+        from pydantic import ValidationError
         from vllm import LLM
-        self.llm = LLM(**kwargs)
+        try:
+            self.llm = LLM(**kwargs)
+        except ValidationError as err:  # not picklable: Ray could not carry it to the driver
+            raise ValueError("vLLM refused its engine settings: " + " ".join(
+                " ".join(str(e.get("msg", e)).split()) for e in err.errors())) from None
 
     # ------------------------------------------------------------ weights
 

@@ -129,7 +129,9 @@ def test_every_key_does_something_or_is_declared():
     by_backend = {k.name for k in unimplemented.KEYS if k.applies is unimplemented._hf}
     # keys declared for group_norm runs only are read by PPO's GAE and critic
     by_backend |= {k.name for k in unimplemented.KEYS if k.applies is unimplemented._group_norm}
-    assert {"max_num_seqs", "enable_prefix_caching", "logprobs"} <= by_backend
+    # keys declared for runs without wandb are read by the wandb logger
+    by_backend |= {k.name for k in unimplemented.KEYS if k.applies is unimplemented._no_wandb}
+    assert {"max_num_seqs", "enable_prefix_caching", "logprobs", "wandb_project"} <= by_backend
     stale = sorted(k for k in declared - collide - by_backend if _read_outside_config(k, consumers))
     assert stale == []
 

@@ -97,7 +97,8 @@ def test_a_cpu_engine_gets_the_settings_its_cores_and_a_kv_cache_within_its_shar
     assert {k: v for k, v in kwargs.items() if k != "kv_cache_memory_bytes"} == dict(
         model=path, skip_tokenizer_init=True, dtype=torch.bfloat16, seed=7, max_model_len=96, max_num_seqs=4,
         max_num_batched_tokens=512, enable_prefix_caching=True, enforce_eager=True, tensor_parallel_size=1,
-        trust_remote_code=True, use_tqdm_on_load=False, logprobs_mode="processed_logprobs")
+        trust_remote_code=True, use_tqdm_on_load=False, logprobs_mode="processed_logprobs",
+        enable_chunked_prefill=False)  # vLLM's CPU build cannot split a seeded row's prefill
     assert type(kwargs["seed"]) is int
     assert read == [{"trust_remote_code": True}]  # the model config is read as the engine will read it
     # without LOCAL_* the rank and world size decide the node share
@@ -134,8 +135,33 @@ def test_an_accelerator_engine_gets_the_memory_share_and_no_cpu_settings(fake_vl
                 seed=1)
     kwargs = StandInLLM.built[-1].kwargs
     assert kwargs["gpu_memory_utilization"] == 0.3
-    assert "kv_cache_memory_bytes" not in kwargs
+    assert "kv_cache_memory_bytes" not in kwargs and "enable_chunked_prefill" not in kwargs
     assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
+
+
+def test_a_settings_refusal_of_vllm_becomes_one_picklable_line(fake_vllm, monkeypatch):
+    import pickle
+
+    import pydantic
+
+    class Settings(pydantic.BaseModel):
+        max_model_len: int
+
+        @pydantic.field_validator("max_model_len")
+        @classmethod
+        def fits(cls, v):
+            raise ValueError(f"User-specified max_model_len ({v}) is greater\nthan the derived max_model_len")
+
+    def refuse(**kwargs):
+        Settings(max_model_len=kwargs["max_model_len"])
+    monkeypatch.setattr(sys.modules["vllm"], "LLM", refuse)
+    path, _ = fake_vllm
+    with pytest.raises(ValueError) as info:
+        VLLMRollout(_spec(), _actor(), path, torch.device("cpu"), rank=0, world_size=1, seed=1)
+    assert type(info.value) is ValueError
+    assert str(info.value) == ("vLLM refused its engine settings: Value error, User-specified max_model_len (96) is "
+                               "greater than the derived max_model_len")
+    assert str(pickle.loads(pickle.dumps(info.value))) == str(info.value)
 
 
 def _rollout(returns_log_probs=True, dtype=torch.float32):

@@ -1,0 +1,101 @@
+"""The rollout settings vLLM would refuse or run poorly, found with the config: a max_model_len above the model's
+max_position_embeddings (an error before Ray), max_num_seqs=1 (a warning)."""
+import json
+import os
+import warnings
+
+import pytest
+
+from mindspeed_rl.config_cls import rollout_spec as rs
+from mindspeed_rl.config_cls.loader import build_configs, load_config
+from mindspeed_rl.config_cls.megatron_config import MegatronConfig
+from mindspeed_rl.config_cls.rollout_spec import RolloutSpec, check_model_len, model_len_limit, warn_rollout
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+TINY = os.path.join(ROOT, "configs", "grpo_tiny_cpu.yaml")
+# vLLM's CPU attention needs a head size of 32 or more: 2 heads of 32 in the tiny model
+VLLM = ["generate_config.rollout_backend=vllm", "megatron_training.num_attention_heads=2",
+        "megatron_training.num_query_groups=2"]
+
+
+def _section(max_position_embeddings=64):
+    return MegatronConfig({"model": "m"}, {"m": {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+                                                 "max_position_embeddings": max_position_embeddings}})
+
+
+def _checkpoint(folder, **cfg):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f)
+    return str(folder)
+
+
+def _spec(backend="vllm", max_model_len=128, max_num_seqs=4):
+    return RolloutSpec(backend, "test", max_model_len=max_model_len, max_num_seqs=max_num_seqs)
+
+
+def test_a_max_model_len_above_the_sections_limit_is_refused_for_vllm_only(monkeypatch):
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    with pytest.raises(ValueError) as info:
+        check_model_len(_spec(max_model_len=65), _section(64), "/no/such/model")
+    assert str(info.value) == ("generate_config.max_model_len=65 exceeds the model's max_position_embeddings=64 "
+                               "(the model section): vLLM cannot serve it; lower generate_config.max_model_len")
+    check_model_len(_spec(max_model_len=64), _section(64))  # the limit itself is fine
+    check_model_len(_spec("hf", max_model_len=65), _section(64))  # transformers generate has no such limit
+    check_model_len(_spec(max_model_len=10 ** 6), MegatronConfig({}, {}))  # nothing says the limit: vLLM decides
+
+
+def test_the_checkpoints_config_json_is_read_first_with_vllms_rope_factor(tmp_path, monkeypatch):
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    path = _checkpoint(tmp_path / "a", max_position_embeddings=32)
+    assert model_len_limit(_section(64), path) == (32, os.path.join(path, "config.json"))
+    with pytest.raises(ValueError, match=r"max_model_len=48 exceeds the model's max_position_embeddings=32 \(.*/a/"
+                                         r"config\.json\)"):
+        check_model_len(_spec(max_model_len=48), _section(64), path)
+    # vLLM multiplies by a linear / dynamic RoPE factor, not by YaRN's or Llama 3's
+    linear = _checkpoint(tmp_path / "b", max_position_embeddings=32, rope_scaling={"rope_type": "linear", "factor": 4})
+    assert model_len_limit(None, linear)[0] == 128
+    yarn = _checkpoint(tmp_path / "c", max_position_embeddings=32,
+                       rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8})
+    assert model_len_limit(None, yarn)[0] == 32
+    nested = _checkpoint(tmp_path / "d", text_config={"max_position_embeddings": 16})
+    assert model_len_limit(None, nested)[0] == 16
+    broken = tmp_path / "f"
+    broken.mkdir()
+    (broken / "config.json").write_text("{")
+    with pytest.raises(ValueError, match=r"/f/config\.json: not valid JSON \(Expecting"):
+        model_len_limit(_section(64), str(broken))
+    # a config.json without the key: the section's
+    assert model_len_limit(_section(64), _checkpoint(tmp_path / "e", hidden_size=8)) == (64, "the model section")
+
+
+def test_vllms_own_override_variable_lets_it_through(monkeypatch):
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+    check_model_len(_spec(max_model_len=65), _section(64))
+
+
+def test_max_num_seqs_1_with_vllm_warns_what_it_means():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_rollout(_spec(max_num_seqs=1))
+        warn_rollout(_spec(max_num_seqs=2))
+        warn_rollout(_spec("hf", max_num_seqs=1))
+    assert [str(w.message) for w in caught] == [
+        "generate_config.max_num_seqs=1 with the vLLM backend: each engine runs one request at a time, so its rows "
+        "are decoded one after another with no batching and it takes one row at a time from the rollout queue; "
+        "raise it (e.g. to the rows an engine takes per iteration) to batch rows within an engine"]
+
+
+def test_build_configs_runs_both_checks_on_the_resolved_backend(monkeypatch):
+    monkeypatch.setattr(rs, "vllm_version", lambda: "0.0-test")  # as if vLLM were installed
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    base = ["megatron_training.model_path=/unused"] + VLLM
+    with pytest.raises(ValueError, match=r"^generate_config\.max_model_len=128 exceeds the model's "
+                                         r"max_position_embeddings=64 \(the model section\)"):
+        build_configs(load_config(TINY, base + ["generate_config.max_model_len=128"]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_configs(load_config(TINY, base))  # max_num_seqs: its default, 1
+        build_configs(load_config(TINY, base + ["generate_config.max_num_seqs=8"]))
+        build_configs(load_config(TINY, ["megatron_training.model_path=/unused", "generate_config.max_model_len=128"]))
+    assert sum("max_num_seqs=1 with the vLLM backend" in str(w.message) for w in caught) == 1
