@@ -1,5 +1,5 @@
-"""Keys set to something that does nothing in the run's setting: one line each (a ``warning:`` in the run,
-a ``note:`` in ``--dry-run``), read from the run plan that decided the setting."""
+"""Keys set to something that does nothing, or not what it seems, in the run's setting: one line each (a
+``warning:`` in the run, a ``note:`` in ``--dry-run``), read from the run plan that decided the setting."""
 from typing import List
 
 
@@ -18,4 +18,10 @@ def idle_key_lines(rl_config, plan) -> List[str]:
         lines.append("rl_config.async_engine=true has no effect: it stops partial rollout's passes early, and "
                      "partial rollout is off (rl_config.partial_rollout_max_split=1; set it above 1, as upstream "
                      "pairs the two)")
+    rollout = plan.worker.rollout
+    if rollout.backend == "vllm" and rollout.max_num_seqs == 1:
+        lines.append("generate_config.max_num_seqs=1 with the vLLM backend: each engine runs one request at a time, "
+                     "so its rows are decoded one after another with no batching and it takes one row at a time from "
+                     "the rollout queue; raise it (e.g. to the rows an engine takes per iteration) to batch rows "
+                     "within an engine")
     return lines

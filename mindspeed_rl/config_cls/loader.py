@@ -32,7 +32,7 @@ from mindspeed_rl.config_cls.learning_signal import zero_advantage_reasons
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
 from mindspeed_rl.config_cls.model_arch import check_fixed
 from mindspeed_rl.config_cls.rl_config import RLConfig
-from mindspeed_rl.config_cls.rollout_spec import check_model_len, warn_rollout
+from mindspeed_rl.config_cls.rollout_spec import check_model_len
 from mindspeed_rl.config_cls.run_plan import RunPlan, build_run_plan
 from mindspeed_rl.config_cls.unimplemented import check_keys
 from mindspeed_rl.config_cls.validate_config import check_rl_args, write_derived
@@ -261,7 +261,6 @@ def build_configs(cfg):
     check_wandb(rl_config)
     plan = build_run_plan(actor_config, rl_config, generate_config, critic_config)
     check_model_len(plan.worker.rollout, actor_config, actor_config.model_path)
-    warn_rollout(plan.worker.rollout)
     write_derived(plan, rl_config, generate_config)
     for line in idle_key_lines(rl_config, plan):
         warnings.warn(line, UserWarning, stacklevel=2)

@@ -8,7 +8,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -190,13 +189,3 @@ def check_model_len(spec: RolloutSpec, actor_config, model_path: Optional[str] =
         raise ValueError(f"generate_config.max_model_len={spec.max_model_len} exceeds the model's "
                          f"max_position_embeddings={found[0]} ({found[1]}): vLLM cannot serve it; lower "
                          f"generate_config.max_model_len")
-
-
-def warn_rollout(spec: RolloutSpec) -> None:
-    """Settings that run but likely not as meant, as config warnings."""
-    if spec.backend == "vllm" and spec.max_num_seqs == 1:
-        warnings.warn("generate_config.max_num_seqs=1 with the vLLM backend: each engine runs one request at a "
-                      "time, so its rows are decoded one after another with no batching and it takes one row at a "
-                      "time from the rollout queue; raise it (e.g. to the rows an engine takes per iteration) to "
-                      "batch rows within an engine",
-                      UserWarning, stacklevel=3)

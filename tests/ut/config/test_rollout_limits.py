@@ -9,7 +9,7 @@ import pytest
 from mindspeed_rl.config_cls import rollout_spec as rs
 from mindspeed_rl.config_cls.loader import build_configs, load_config
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
-from mindspeed_rl.config_cls.rollout_spec import RolloutSpec, check_model_len, model_len_limit, warn_rollout
+from mindspeed_rl.config_cls.rollout_spec import RolloutSpec, check_model_len, model_len_limit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TINY = os.path.join(ROOT, "configs", "grpo_tiny_cpu.yaml")
@@ -75,12 +75,17 @@ def test_vllms_own_override_variable_lets_it_through(monkeypatch):
 
 
 def test_max_num_seqs_1_with_vllm_warns_what_it_means():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        warn_rollout(_spec(max_num_seqs=1))
-        warn_rollout(_spec(max_num_seqs=2))
-        warn_rollout(_spec("hf", max_num_seqs=1))
-    assert [str(w.message) for w in caught] == [
+    from types import SimpleNamespace
+
+    from mindspeed_rl.config_cls.idle_keys import idle_key_lines
+    from mindspeed_rl.config_cls.rl_config import RLConfig
+
+    def lines(spec):
+        plan = SimpleNamespace(worker=SimpleNamespace(rollout=spec, loss=SimpleNamespace(agg_mode="token-mean")),
+                               features=SimpleNamespace(estimator="group_norm"), partial=None)
+        return idle_key_lines(RLConfig({}), plan)
+    assert lines(_spec(max_num_seqs=2)) == [] and lines(_spec("hf", max_num_seqs=1)) == []
+    assert lines(_spec(max_num_seqs=1)) == [
         "generate_config.max_num_seqs=1 with the vLLM backend: each engine runs one request at a time, so its rows "
         "are decoded one after another with no batching and it takes one row at a time from the rollout queue; "
         "raise it (e.g. to the rows an engine takes per iteration) to batch rows within an engine"]
