@@ -101,18 +101,18 @@ def tiny_model(tmp_path_factory):
 
 def test_actor_group_on_one_node_critic_group_on_another(cluster, groups, tiny_model, tmp_path, capsys):
     """PPO: the actor group (its ranks roll out and train the policy) pinned to node A, the critic group
-    (trains the value model) to node B, by rl_config.<group>_resource.custom_resources."""
+    (trains the value model) to node B, by rl_config.<group>_resource.custom_resources; unpinned, 'auto'
+    would spread the two ranks of each group over both nodes."""
     node_b = _node_b(cluster)
     made, _ = groups
     code = train_grpo.main(["--config", PPO, "--output-dir", str(tmp_path / "out"), "--tiny-model-dir", tiny_model,
-                            "megatron_training.train_iters=1", "rl_config.actor_resource.num_npus=1",
-                            "rl_config.critic_resource.num_npus=1",
+                            "megatron_training.train_iters=1",
                             "rl_config.actor_resource.custom_resources={node_a: 1}",
                             "rl_config.critic_resource.custom_resources={node_b: 1}"])
     assert code == 0, capsys.readouterr().err
     actor, critic = made
-    assert _nodes_of(actor) == [cluster.head_node.node_id]
-    assert _nodes_of(critic) == [node_b.node_id]
+    assert _nodes_of(actor) == [cluster.head_node.node_id] * 2
+    assert _nodes_of(critic) == [node_b.node_id] * 2
 
 
 def test_dp_ranks_spread_a_removed_node_is_one_line_and_the_run_resumes_on_the_node_left(
@@ -128,8 +128,9 @@ def test_dp_ranks_spread_a_removed_node_is_one_line_and_the_run_resumes_on_the_n
     # rl_config.placement_strategy 'auto' spread the two DP ranks over the two nodes
     assert sorted(_nodes_of(made[0])) == sorted([cluster.head_node.node_id, node_b.node_id])
     assert code == 1 and not after_save
-    line = err.strip()
-    assert err.count("\n") == 1 and line.startswith("error: ")  # Ray's own error text: not shown
+    line, rank_b = err.strip(), _nodes_of(made[0]).index(node_b.node_id)
+    # the rank on node B is named (the rollout queue lives on the driver's node); Ray's own error text: not shown
+    assert err.count("\n") == 1 and line.startswith(f"error: worker rank {rank_b} failed in '")
     assert f"died with its node {node_b.node_id} (127.0.0.1): the node was terminated" in line
     assert line.endswith(f"; the last checkpoint is iteration 1 in {save}")
     assert open(os.path.join(save, TRACKER)).read().strip() == "1"

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from mindspeed_rl.utils.error_cause import BRIEF_CHARS, brief  # noqa: F401  (the launcher's names too)
 from mindspeed_rl.utils.rollout_queue import RolloutQueue
@@ -256,9 +256,11 @@ class RayActorGroup(UpstreamGroupIO):
         return [m for m, _ in replies], [out for (_, out), state in zip(replies, self.states) if state.tp_rank == 0]
 
     def _rollout_queue(self):
-        """This group's RolloutQueue actor (made on first use, ended with the group)."""
+        """This group's RolloutQueue actor (made on first use, ended with the group), on the driver's node: on a
+        cluster, a worker node that dies takes its ranks, not the queue of the others."""
         if self.queue is None:
-            self.queue = ray.remote(RolloutQueue).options(num_cpus=0).remote()
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            self.queue = ray.remote(RolloutQueue).options(num_cpus=0, scheduling_strategy=here).remote()
         return self.queue
 
     def run_queued_stage(self, group, queued, **context) -> Tuple[List[Dict[str, float]], list]:
