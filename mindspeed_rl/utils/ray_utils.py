@@ -98,9 +98,10 @@ def local_system_config(given: Optional[Dict] = None) -> Dict:
 
 @contextmanager
 def hangup_held():
-    """SIGHUP blocked in this thread while Ray starts its processes: they inherit the mask (as Ray blocks SIGINT
+    """SIGHUP blocked in this thread while it starts Ray's processes: they inherit the mask (as Ray blocks SIGINT
     in them), so the SIGHUP a closing terminal sends its whole process group reaches the driver only, whose
-    handler shuts Ray down. A SIGHUP that comes meanwhile waits and is delivered at the end."""
+    handler shuts Ray down. A SIGHUP for this thread that comes meanwhile waits and is delivered at the end
+    (another thread of the driver may take one at once: init_ray then shuts the new Ray down)."""
     try:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
     except (AttributeError, OSError, ValueError):  # no POSIX signal masks here
@@ -197,11 +198,15 @@ def init_ray(temp_dir: Optional[str] = None, num_cpus: Optional[int] = None, **k
     # a loopback-only cluster started here: Ray's notice about its token auth is noise on every run
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     system = local_system_config(kwargs.pop("_system_config", None))
-    with hangup_held():
-        _with_retries(lambda: ray.init(_node_ip_address="127.0.0.1", num_cpus=num_cpus, include_dashboard=False,
-                                       _temp_dir=session, _system_config=system, **kwargs),
-                      "a local Ray did not start")
-    _start_reaper(made)
+    try:
+        with hangup_held():
+            _with_retries(lambda: ray.init(_node_ip_address="127.0.0.1", num_cpus=num_cpus, include_dashboard=False,
+                                           _temp_dir=session, _system_config=system, **kwargs),
+                          "a local Ray did not start")
+        _start_reaper(made)
+    except BaseException:  # a signal held while Ray started: the caller never learns that it started
+        shutdown_ray()
+        raise
     return True
 
 

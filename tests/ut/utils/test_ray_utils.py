@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 import pytest
 import ray
@@ -127,14 +128,14 @@ def test_joining_a_cluster_changes_none_of_its_settings(fake_ray, monkeypatch):
 
 
 def test_sighup_is_held_while_ray_starts_and_delivered_after(fake_ray):
-    """SIGHUP is blocked while ray.init runs (Ray's processes inherit the mask); one that came meanwhile
-    reaches the driver's handler once Ray has started."""
+    """SIGHUP is blocked in the starting thread while ray.init runs (Ray's processes inherit the mask); one sent
+    to that thread meanwhile reaches the driver's handler once Ray has started."""
     got, masks = [], []
     previous = signal.signal(signal.SIGHUP, lambda signum, frame: got.append(signum))
 
     def init(**kw):
         masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, set()))
-        os.kill(os.getpid(), signal.SIGHUP)
+        signal.pthread_kill(threading.get_ident(), signal.SIGHUP)
         assert not got  # held
     try:
         ray.init = init
@@ -144,6 +145,22 @@ def test_sighup_is_held_while_ray_starts_and_delivered_after(fake_ray):
     finally:
         signal.signal(signal.SIGHUP, previous)
         ray_utils.shutdown_ray()
+
+
+def test_a_signal_that_stops_the_start_shuts_the_new_ray_down(fake_ray):
+    class Stop(BaseException):
+        pass
+
+    def stop(signum, frame):
+        raise Stop()
+    previous = signal.signal(signal.SIGHUP, stop)
+    try:
+        ray.init = lambda **kw: fake_ray.update(kw) or signal.pthread_kill(threading.get_ident(), signal.SIGHUP)
+        with pytest.raises(Stop):
+            ray_utils.init_ray()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert fake_ray["shutdown"] and not os.path.exists(fake_ray["_temp_dir"])  # Ray and its /tmp folder gone
 
 
 def test_non_ascii_run_folder_moves_the_session_to_tmp_and_says_so(fake_ray, tmp_path, capsys):
