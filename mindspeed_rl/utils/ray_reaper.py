@@ -3,10 +3,12 @@
 Ray ties the GCS and the raylet it starts to the driver (the kernel kills them with it), but the raylet's
 DashboardAgent and RuntimeEnvAgent then keep trying the dead GCS for about a minute. ``init_ray`` starts this
 file as a small process of its own session next to a local Ray: it waits until the driver dies or says it
-is done (``shutdown_ray`` writes a line), then ends every process that holds a file of the Ray session
-folder open or names it on its command line, and removes the /tmp folder the driver made for Ray.
+is done (``shutdown_ray`` writes a line), then ends every Ray process (a program of Ray's package, or one
+titled ``ray::...``) that holds a file of the Ray session folder open or names it on its command line, and
+removes the /tmp folder the driver made for Ray.
 
-Run as ``python reaper.py DRIVER_PID SESSION_DIR [TEMP_DIR_TO_REMOVE]``; only the standard library (Linux /proc)."""
+Run as ``python ray_reaper.py DRIVER_PID SESSION_DIR RAY_PACKAGE_DIR [TEMP_DIR_TO_REMOVE]``; only the standard
+library (Linux /proc)."""
 import os
 import select
 import shutil
@@ -38,10 +40,17 @@ def _family(root: int, parents: dict) -> set:
     return family
 
 
-def session_processes(session_dir: str, skip=(), keep_family_of: int = None) -> list:
-    """Live pids (other than ``skip``, and other than ``keep_family_of`` and its descendants: a driver that is
-    still running and its own forks keep Ray's open log files) whose command line names ``session_dir`` or that
-    hold a file under it."""
+def is_ray_process(cmdline: list, ray_dir: str) -> bool:
+    """A program of Ray's package (its GCS, raylet, dashboard and monitors) or a process Ray titled ``ray::``
+    (workers, actors, the node agents)."""
+    package = os.path.abspath(ray_dir).rstrip("/") + "/"
+    return bool(cmdline) and (cmdline[0].startswith("ray::") or any(package in arg for arg in cmdline[:3]))
+
+
+def session_processes(session_dir: str, ray_dir: str, skip=(), keep_family_of: int = None) -> list:
+    """Live Ray processes (``is_ray_process``; other than ``skip``, and other than ``keep_family_of`` and its
+    descendants: a driver that still runs keeps Ray's log files open) whose command line names ``session_dir`` or
+    that hold a file under it."""
     folder = os.path.abspath(session_dir).rstrip("/")
     stats = {int(n): _stat(n) for n in os.listdir("/proc") if n.isdigit()}
     live = {pid: st[1] for pid, st in stats.items() if st is not None and st[0] not in "ZX"}
@@ -53,6 +62,8 @@ def session_processes(session_dir: str, skip=(), keep_family_of: int = None) -> 
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmdline = f.read().decode("utf-8", "replace").split("\0")
+            if not is_ray_process(cmdline, ray_dir):
+                continue
             if any(arg == folder or folder + "/" in arg for arg in cmdline):
                 found.append(pid)
                 continue
@@ -66,12 +77,13 @@ def session_processes(session_dir: str, skip=(), keep_family_of: int = None) -> 
     return found
 
 
-def sweep(session_dir: str, driver: int = None, rounds: int = SWEEP_ROUNDS, pause: float = SWEEP_PAUSE_S) -> list:
-    """SIGKILL the session's processes (not the ``driver`` nor its forks while it lives) until none is found, at
-    most ``rounds`` rounds. Returns the pids ended."""
+def sweep(session_dir: str, ray_dir: str, driver: int = None, rounds: int = SWEEP_ROUNDS,
+          pause: float = SWEEP_PAUSE_S) -> list:
+    """SIGKILL the session's Ray processes (none of a ``driver`` that still runs) until none is found, at most
+    ``rounds`` rounds. Returns the pids ended."""
     ended = []
     for _ in range(rounds):
-        pids = session_processes(session_dir, skip={os.getpid()}, keep_family_of=driver)
+        pids = session_processes(session_dir, ray_dir, skip={os.getpid()}, keep_family_of=driver)
         if not pids:
             break
         for pid in pids:
@@ -116,10 +128,10 @@ def _alive(pid: int) -> bool:
 def main(argv) -> int:
     for sig in (signal.SIGHUP, signal.SIGINT):  # a closed terminal or Ctrl-C is the driver's to handle
         signal.signal(sig, signal.SIG_IGN)
-    driver, session = int(argv[0]), argv[1]
-    remove = argv[2] if len(argv) > 2 else None
+    driver, session, ray_dir = int(argv[0]), argv[1], argv[2]
+    remove = argv[3] if len(argv) > 3 else None
     wait_for_driver(driver, sys.stdin.fileno())
-    sweep(session, driver)
+    sweep(session, ray_dir, driver)
     if remove:
         shutil.rmtree(remove, ignore_errors=True)
     return 0

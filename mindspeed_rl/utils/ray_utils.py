@@ -57,7 +57,8 @@ def _start_reaper(remove: Optional[str]) -> Optional[subprocess.Popen]:
     node = getattr(ray._private.worker, "_global_node", None)
     if node is None or not sys.platform.startswith("linux"):
         return None
-    args = [sys.executable, "-I", "-S", ray_reaper.__file__, str(os.getpid()), node.get_session_dir_path()]
+    args = [sys.executable, "-I", "-S", ray_reaper.__file__, str(os.getpid()), node.get_session_dir_path(),
+            os.path.dirname(os.path.abspath(ray.__file__))]
     proc = subprocess.Popen(args + ([remove] if remove else []), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     _REAPERS.append(proc)

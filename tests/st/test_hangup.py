@@ -2,6 +2,7 @@
 in its own line and leaves no process of its Ray session (before: the GCS died first and the run ended a
 minute later with Ray's 'Failed to connect to GCS within 60 seconds')."""
 import glob
+import importlib.util
 import os
 import signal
 import subprocess
@@ -11,6 +12,8 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, ROOT)
 from mindspeed_rl.utils.ray_reaper import session_processes  # noqa: E402
+
+RAY = os.path.dirname(importlib.util.find_spec("ray").origin)
 
 BOUND_S = 600  # bounds only: a wrong result fails, it never hangs
 
@@ -39,7 +42,7 @@ def test_sighup_to_the_process_group_ends_the_run_in_its_own_line(tmp_path):
         assert run.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
         # under the run folder, or under /tmp when that path is too long for Ray's sockets
         sessions = glob.glob(str(out / "ray" / "session_2*")) + glob.glob(f"/tmp/msrl_ray_{run.pid}_*/session_2*")
-        assert len(sessions) == 1 and len(session_processes(sessions[0])) > 3  # Ray is up
+        assert len(sessions) == 1 and len(session_processes(sessions[0], RAY)) > 3  # Ray is up
         os.killpg(run.pid, signal.SIGHUP)  # the terminal closed: the whole group, Ray's processes included
         code = run.wait(timeout=BOUND_S)
     finally:
@@ -50,5 +53,5 @@ def test_sighup_to_the_process_group_ends_the_run_in_its_own_line(tmp_path):
     assert code == 128 + signal.SIGHUP, err[-3000:]
     assert err.strip().splitlines()[-1] == "error: stopped by SIGHUP; Ray was shut down"
     assert "Failed to connect to GCS" not in err
-    assert session_processes(sessions[0]) == []  # nothing of the run's Ray session is left (zombies aside)
+    assert session_processes(sessions[0], RAY) == []  # nothing of the run's Ray session is left (zombies aside)
     assert not glob.glob(f"/tmp/msrl_ray_{run.pid}_*")

@@ -1,6 +1,7 @@
 """ray_reaper: what is left of a local Ray session is ended once its driver dies or is done."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,40 +17,47 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 
-def _sleeper(*args, **kwargs):
-    return subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(300)", *args], **kwargs)
+def _sleeper(*args, ray_dir=None, **kwargs):
+    """A process that sleeps: a plain Python one, or (``ray_dir``) a program of that Ray package folder."""
+    program = [os.path.join(ray_dir, "sleeper.py")] if ray_dir else ["-c", "import time; time.sleep(300)"]
+    return subprocess.Popen([sys.executable, *program, *args], **kwargs)
 
 
 @LINUX
-def test_session_processes_are_those_holding_its_files_or_naming_it(tmp_path):
-    session = tmp_path / "session_1"
+def test_session_processes_are_ray_processes_holding_its_files_or_naming_it(tmp_path):
+    session, ray_dir = tmp_path / "session_1", tmp_path / "ray"
     (session / "logs").mkdir(parents=True)
+    ray_dir.mkdir()
+    (ray_dir / "sleeper.py").write_text("import time\ntime.sleep(300)\n")
     with open(session / "logs" / "agent.out", "w") as log:
-        holder = _sleeper(stdout=log)  # like Ray's agents: stdout in the session's logs
-    naming = _sleeper(f"--log-dir={session}/logs")  # like the GCS: the folder on its command line
-    other = _sleeper(f"--log-dir={session}_2/logs")  # a folder that only starts the same
+        holder = _sleeper(ray_dir=str(ray_dir), stdout=log)  # like Ray's monitors: stdout in the session's logs
+        not_ray = _sleeper(stdout=log)  # a process of the user's that happens to hold a session file
+        titled = subprocess.Popen(["ray::Agent", "300"], executable=shutil.which("sleep"),  # like the node agents
+                                  stdout=log)
+    naming = _sleeper(f"--log-dir={session}/logs", ray_dir=str(ray_dir))  # like the GCS: the folder in its args
+    other = _sleeper(f"--log-dir={session}_2/logs", ray_dir=str(ray_dir))  # a folder that only starts the same
+    procs = (holder, not_ray, titled, naming, other)
+    mine = sorted([holder.pid, titled.pid, naming.pid])
     try:
-        found = ray_reaper.session_processes(str(session))
-        assert holder.pid in found and naming.pid in found and other.pid not in found
-        # a driver that still runs keeps itself and its forks (they hold Ray's log files too)
-        assert holder.pid not in ray_reaper.session_processes(str(session), keep_family_of=os.getpid())
-        assert ray_reaper.session_processes(str(session), skip={holder.pid, naming.pid}) == []
-        ended = ray_reaper.sweep(str(session))
-        assert sorted(ended) == sorted([holder.pid, naming.pid])
-        assert holder.wait(timeout=60) == -signal.SIGKILL and naming.wait(timeout=60) == -signal.SIGKILL
-        assert other.poll() is None
+        assert sorted(ray_reaper.session_processes(str(session), str(ray_dir))) == mine
+        # a driver that still runs keeps itself and its forks
+        assert ray_reaper.session_processes(str(session), str(ray_dir), keep_family_of=os.getpid()) == []
+        assert ray_reaper.session_processes(str(session), str(ray_dir), skip={holder.pid, naming.pid}) == [titled.pid]
+        assert sorted(ray_reaper.sweep(str(session), str(ray_dir))) == mine
+        assert all(p.wait(timeout=60) == -signal.SIGKILL for p in (holder, titled, naming))
+        assert not_ray.poll() is None and other.poll() is None
         # a dead process that its parent has not waited for (a zombie) is not found
-        zombie = _sleeper(f"--log-dir={session}/logs")
+        zombie = _sleeper(f"--log-dir={session}/logs", ray_dir=str(ray_dir))
         os.kill(zombie.pid, signal.SIGKILL)
         for _ in range(6000):  # bounded: a killed child turns zombie at once
             if ray_reaper._stat(str(zombie.pid))[0] == "Z":
                 break
             time.sleep(0.01)
         assert ray_reaper._stat(str(zombie.pid))[0] == "Z"
-        assert ray_reaper.session_processes(str(session)) == []
+        assert ray_reaper.session_processes(str(session), str(ray_dir)) == []
         zombie.wait(timeout=60)
     finally:
-        for proc in (holder, naming, other):
+        for proc in procs:
             proc.kill()
             proc.wait(timeout=60)
 
@@ -94,13 +102,14 @@ time.sleep(600)
 # Runs the driver as a child subreaper: the processes orphaned by its death become this process's children,
 # so their exit statuses can be read (killed by the reaper: SIGKILL; Ray's agents ending by themselves: 0).
 WATCHER = """
-import ctypes, json, os, signal, subprocess, sys, time
+import ctypes, importlib.util, json, os, signal, subprocess, sys, time
 from mindspeed_rl.utils.ray_reaper import session_processes
+RAY = os.path.dirname(importlib.util.find_spec("ray").origin)
 ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 driver = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, text=True)
 session, temp = driver.stdout.readline().split()
 names = {}
-for pid in session_processes(session, skip={os.getpid()}):
+for pid in session_processes(session, RAY, skip={os.getpid()}):
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         names[pid] = f.read().split(b"\\0")[0].decode()
 os.kill(driver.pid, signal.SIGKILL)
@@ -116,7 +125,7 @@ while time.monotonic() < deadline:
         time.sleep(0.05)
 ended = {names[p]: (os.WTERMSIG(s) if os.WIFSIGNALED(s) else -os.WEXITSTATUS(s)) for p, s in statuses.items()
          if p in names}
-print(json.dumps(dict(ended=ended, left=session_processes(session), temp=os.path.exists(temp))))
+print(json.dumps(dict(ended=ended, left=session_processes(session, RAY), temp=os.path.exists(temp))))
 """
 
 
