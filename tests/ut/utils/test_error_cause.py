@@ -88,7 +88,8 @@ def _died_with_node(how):
     """Ray's own ActorDiedError for an actor whose node died; the GCS's words (Ray 2.60) after the node id."""
     import ray
     from ray.core.generated.common_pb2 import ActorDiedErrorContext
-    text = f"The actor died because its node has died. Node Id: {NODE}" + (f"\n\tthe actor's node was {how}" if how else "")
+    text = f"The actor died because its node has died. Node Id: {NODE}"
+    text += f"\n\tthe actor's node was {how}" if how else ""
     return ray.exceptions.ActorDiedError(ActorDiedErrorContext(
         class_name="IntegratedWorker", actor_id=bytes(16), pid=25881, node_ip_address="127.0.0.1",
         error_message=text))
