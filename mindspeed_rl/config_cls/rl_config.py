@@ -20,18 +20,41 @@ def resource_size(resource):
     return getattr(resource, "num_npus", None)
 
 
+# Ray's own resources: the launcher asks for CPU and the accelerator itself
+RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "NPU", "memory", "object_store_memory")
+
+
+def check_custom_resources(field, value):
+    """``<field>.custom_resources``: Ray custom resource names (``ray start --resources``) with the amount each
+    worker of the group asks for; returned as a plain dict."""
+    key = f"rl_config.{field}.custom_resources"
+    if not isinstance(value, Mapping) or not value:
+        raise TypeError(f"{key} expects a non-empty dict of Ray resource name -> amount per worker "
+                        f"(e.g. {{node_a: 1}}), got {value!r}")
+    for name, amount in value.items():
+        if not isinstance(name, str) or not name or name in RAY_BUILTIN_RESOURCES:
+            raise ValueError(f"{key}: {name!r} is not a custom resource name (CPU and the accelerator are asked "
+                             f"for by the launcher; give a name a node offers with ray start --resources)")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not amount > 0:
+            raise ValueError(f"{key}.{name} must be a number > 0 (the amount each worker asks for), got {amount!r}")
+    return {name: float(amount) for name, amount in value.items()}
+
+
 def normalize_resource(field, resource):
     """Check a resource dict and fill ``num_npus`` from one of its aliases."""
     if resource is None:
         return None
     if not isinstance(resource, Mapping):
         raise TypeError(f"RLConfig: key '{field}' expects dict, got {resource!r}")
-    out = {}
+    out, custom = {}, None
     for key, value in resource.items():
         key = str(key).replace("-", "_")
+        if key == "custom_resources":
+            custom = check_custom_resources(field, value)
+            continue
         if key not in RESOURCE_KEYS:
             raise ValueError(f"RLConfig: unknown key '{field}.{key}'; "
-                             f"allowed: {list(RESOURCE_KEYS)}")
+                             f"allowed: {list(RESOURCE_KEYS) + ['custom_resources']}")
         if value is not None:
             check_type("RLConfig", f"{field}.{key}", 0, value)
         out[key] = value
@@ -42,6 +65,8 @@ def normalize_resource(field, resource):
     out.setdefault("num_npus", None)
     if out["num_npus"] is None and given:
         out["num_npus"] = given.pop()
+    if custom is not None:
+        out["custom_resources"] = custom
     return out
 
 
@@ -52,7 +77,9 @@ class RLConfig(BaseConfig):
     rule_reward (True): score responses with rule-based verifiers.
     beta (0.1): weight of the KL term handed to the actor/reference.
     actor_resource ({'num_npus': None}): devices for the actor; sub-keys
-        num_npus, or its aliases num_gpus / num_cpus.
+        num_npus, or its aliases num_gpus / num_cpus; custom_resources ({name: amount}): Ray custom
+        resources each worker of the group asks for, e.g. to keep the group on the nodes started with
+        ``ray start --resources='{"name": N}'`` (also under critic_resource).
     reference_resource (None): devices for a separate reference worker.
     reward_resource (None): devices for a reward-model worker.
     critic_resource (None): devices for PPO's critic group (stage ray_ppo).

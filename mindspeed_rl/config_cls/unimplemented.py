@@ -54,7 +54,8 @@ def _group_norm(values) -> bool:
 
 KEYS: List[Key] = [
     # ---- rl_config
-    Key("rl_config", "runtime_env_path", WARN, "no runtime env file is read; workers inherit the driver's environment"),
+    Key("rl_config", "runtime_env_path", WARN,
+        "no runtime env file is read; workers inherit their Ray node's environment (the driver's on a local Ray)"),
     Key("rl_config", "beta", WARN, "the KL weight is rl_config.init_kl_coef"),
     Key("rl_config", "num_samples_per_step", WARN, "no effect"),
     Key("rl_config", "advantage_whiten", ERROR,

@@ -88,6 +88,25 @@ def named_failure(action: str, folder: str, error_cls=RuntimeError):
 
 BRIEF_CHARS = 600
 
+# Ray's words (GCS) when an actor died with its node, and when the node was declared dead by health checks
+_NODE_DIED = re.compile(r"its node has died\. Node Id: (\w+)\s*(?:the actor's node was (terminated[^\n]*))?")
+_MISSED_HEARTBEATS = "missing too many heartbeats"
+
+
+def node_death(raw: str) -> str:
+    """' with its node <id> (<ip>): <how it ended>' when Ray's actor error says the actor's node died, else ''.
+    A node that missed Ray's health checks is said to be marked dead (on a busy machine a live node can be)."""
+    found = _NODE_DIED.search(raw)
+    if not found:
+        return ""
+    ip = re.search(r"\bip:\s*(\S+)", raw)
+    node = f"node {found.group(1)}" + (f" ({ip.group(1)})" if ip else "")
+    how = " ".join((found.group(2) or "").split())
+    if _MISSED_HEARTBEATS in raw:
+        return (f" with its {node}: the node was marked dead by Ray's health checks ({how}; a busy or stalled "
+                f"machine misses them)")
+    return f" with its {node}: the node " + (f"was {how}" if how else "died")
+
 
 def brief(err: BaseException) -> str:
     """A rank's error in one line: the remote exception itself, not Ray's
@@ -100,7 +119,7 @@ def brief(err: BaseException) -> str:
         raw = str(err)
         cls, pid = re.search(r"class_name:\s*(\S+)", raw), re.search(r"\bpid:\s*(\d+)", raw)
         who = f"actor {cls.group(1)}" if cls else "a Ray actor"
-        text = f"{who}{f' (pid {pid.group(1)})' if pid else ''} died ({type(err).__name__})"
+        text = f"{who}{f' (pid {pid.group(1)})' if pid else ''} died{node_death(raw)} ({type(err).__name__})"
     else:
         text = cause(err)  # a DCP failure as the rank's own error, a full disk as the OS error
     text = " ".join(text.split())

@@ -51,8 +51,9 @@ class BaseWorker(UpstreamWorkerIO):
 
     @staticmethod
     def get_master_addr_port() -> Tuple[str, int]:
-        """Address and a free port on this node for the process-group rendezvous."""
-        addr = "127.0.0.1" if not os.environ.get("RAY_ADDRESS") else ray.util.get_node_ip_address()
+        """Address and a free port on this node for the process-group rendezvous: in a Ray worker its node's
+        address (what the other nodes reach it by; 127.0.0.1 on a local Ray), else 127.0.0.1."""
+        addr = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
         with socket.socket() as sock:
             sock.bind((addr, 0))
             return addr, sock.getsockname()[1]

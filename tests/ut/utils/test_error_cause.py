@@ -79,3 +79,33 @@ def test_named_failure_is_one_line_and_lets_its_own_errors_through(tmp_path):
 def test_brief_cuts_in_the_middle_keeping_the_cause():
     text = brief(RuntimeError("saving into '" + "/very/long/path" * 80 + "' failed: OSError: No space left on device"))
     assert len(text) < 620 and text.endswith("No space left on device") and " ... " in text
+
+
+NODE = "77f8198b174f8338edeeb965a0dfa5375cb1bf7d19b10ffcf4940dd5"
+
+
+def _died_with_node(how):
+    """Ray's own ActorDiedError for an actor whose node died; the GCS's words (Ray 2.60) after the node id."""
+    import ray
+    from ray.core.generated.common_pb2 import ActorDiedErrorContext
+    text = f"The actor died because its node has died. Node Id: {NODE}"
+    text += f"\n\tthe actor's node was {how}" if how else ""
+    return ray.exceptions.ActorDiedError(ActorDiedErrorContext(
+        class_name="IntegratedWorker", actor_id=bytes(16), pid=25881, node_ip_address="127.0.0.1",
+        error_message=text))
+
+
+def test_an_actor_that_died_with_its_node_names_the_node_and_how_it_ended():
+    assert brief(_died_with_node("terminated expectedly: received SIGTERM")) == (
+        f"actor IntegratedWorker (pid 25881) died with its node {NODE} (127.0.0.1): the node was terminated "
+        f"expectedly: received SIGTERM (ActorDiedError)")
+    assert brief(_died_with_node(None)) == (
+        f"actor IntegratedWorker (pid 25881) died with its node {NODE} (127.0.0.1): the node died (ActorDiedError)")
+
+
+def test_a_node_that_missed_the_health_checks_is_said_to_be_marked_dead():
+    text = brief(_died_with_node("terminated unexpectedly: health check failed due to missing too many heartbeats"))
+    assert text == (f"actor IntegratedWorker (pid 25881) died with its node {NODE} (127.0.0.1): the node was marked "
+                    f"dead by Ray's health checks (terminated unexpectedly: health check failed due to missing too "
+                    f"many heartbeats; a busy or stalled machine misses them) (ActorDiedError)")
+    assert error_cause.node_death("The actor died unexpectedly before finishing this task.\n\tpid: 1") == ""

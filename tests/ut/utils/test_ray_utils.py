@@ -3,9 +3,11 @@
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 import pytest
 import ray
@@ -74,17 +76,91 @@ def test_tmp_folder_is_removed_when_the_caller_only_calls_ray_shutdown(tmp_path)
     assert made.startswith("/tmp/msrl_ray_") and not os.path.exists(made)
 
 
+def _blocked_signals(pid) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
+
+
 def test_real_ray_starts_with_a_session_folder_at_the_length_limit():
     """Ray's own check of its socket paths passes at MAX_TEMP_DIR_LEN (the bug: 46-60 character run
-    folders failed with 'AF_UNIX path length cannot exceed 107 bytes')."""
+    folders failed with 'AF_UNIX path length cannot exceed 107 bytes'). The same local Ray: its GCS holds the
+    health-check room, its processes block SIGHUP, the driver does not."""
     run_dir = _dir_of_length(ray_utils.MAX_TEMP_DIR_LEN)
     try:
         assert ray_utils.init_ray(temp_dir=run_dir, num_cpus=1) is True
         assert ray.get(ray.put(7)) == 7
         assert glob.glob(os.path.join(run_dir, "session_*", "sockets", "plasma_store"))
+        config = ray._private.state.state.get_system_config()
+        assert {k: config[k] for k in ray_utils.LOCAL_HEALTH_CHECKS} == ray_utils.LOCAL_HEALTH_CHECKS
+        hup = 1 << (signal.SIGHUP - 1)
+        processes = ray._private.worker._global_node.all_processes
+        for kind in ("gcs_server", "raylet"):
+            assert _blocked_signals(processes[kind][0].process.pid) & hup, kind
+        assert not _blocked_signals(os.getpid()) & hup  # the driver's own handler sees it
+        reaper = ray_utils._REAPERS[-1]
+        assert reaper.poll() is None and os.getsid(reaper.pid) == reaper.pid  # its own session
     finally:
         ray_utils.shutdown_ray()
         shutil.rmtree(os.path.dirname(run_dir), ignore_errors=True)
+    assert reaper.returncode == 0 and not ray_utils._REAPERS
+
+
+def test_a_local_ray_gets_health_check_room_unless_the_environment_or_caller_says_otherwise(fake_ray, monkeypatch):
+    ray_utils.init_ray()
+    assert fake_ray["_system_config"] == ray_utils.LOCAL_HEALTH_CHECKS
+    ray_utils.shutdown_ray()
+    # Ray's defaults (3 s, 10 s, 5 misses) are not what a loaded machine needs
+    assert ray_utils.LOCAL_HEALTH_CHECKS["health_check_failure_threshold"] * \
+        ray_utils.LOCAL_HEALTH_CHECKS["health_check_period_ms"] >= 60_000
+    monkeypatch.setenv("RAY_health_check_period_ms", "500")
+    ray_utils.init_ray(_system_config={"health_check_failure_threshold": 3, "other_key": 1})
+    assert fake_ray["_system_config"] == {"health_check_timeout_ms": 60_000, "health_check_failure_threshold": 3,
+                                          "other_key": 1}
+    ray_utils.shutdown_ray()
+
+
+def test_joining_a_cluster_changes_none_of_its_settings(fake_ray, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    ray_utils.init_ray()
+    assert fake_ray == {"address": "127.0.0.1:1"}  # the cluster's own health checks, no reaper of ours
+    assert not ray_utils._REAPERS
+    ray_utils.shutdown_ray()
+
+
+def test_sighup_is_held_while_ray_starts_and_delivered_after(fake_ray):
+    """SIGHUP is blocked in the starting thread while ray.init runs (Ray's processes inherit the mask); one sent
+    to that thread meanwhile reaches the driver's handler once Ray has started."""
+    got, masks = [], []
+    previous = signal.signal(signal.SIGHUP, lambda signum, frame: got.append(signum))
+
+    def init(**kw):
+        masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+        signal.pthread_kill(threading.get_ident(), signal.SIGHUP)
+        assert not got  # held
+    try:
+        ray.init = init
+        ray_utils.init_ray()
+        assert signal.SIGHUP in masks[0] and got == [signal.SIGHUP]
+        assert signal.SIGHUP not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+        ray_utils.shutdown_ray()
+
+
+def test_a_signal_that_stops_the_start_shuts_the_new_ray_down(fake_ray):
+    class Stop(BaseException):
+        pass
+
+    def stop(signum, frame):
+        raise Stop()
+    previous = signal.signal(signal.SIGHUP, stop)
+    try:
+        ray.init = lambda **kw: fake_ray.update(kw) or signal.pthread_kill(threading.get_ident(), signal.SIGHUP)
+        with pytest.raises(Stop):
+            ray_utils.init_ray()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert fake_ray["shutdown"] and not os.path.exists(fake_ray["_temp_dir"])  # Ray and its /tmp folder gone
 
 
 def test_non_ascii_run_folder_moves_the_session_to_tmp_and_says_so(fake_ray, tmp_path, capsys):

@@ -93,16 +93,19 @@ def _free(addr, port):
         return True
 
 
-def test_master_address_is_loopback_without_a_ray_cluster(monkeypatch):
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(bw.ray.util, "get_node_ip_address", lambda: "127.0.0.2")  # not asked without a cluster
+def test_master_address_is_loopback_outside_ray(monkeypatch):
+    monkeypatch.setattr(bw.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(bw.ray.util, "get_node_ip_address", lambda: "127.0.0.2")  # not asked outside Ray
     addr, port = bw.BaseWorker.get_master_addr_port()
     # a port the OS picked (from its ephemeral range, never a privileged one), free again once returned
     assert addr == "127.0.0.1" and isinstance(port, int) and port >= 1024 and _free(addr, port)
 
 
-def test_master_address_is_the_nodes_ip_in_a_ray_cluster(monkeypatch):
-    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+def test_master_address_is_the_nodes_ip_in_a_ray_worker_whatever_its_environment(monkeypatch):
+    # a worker a raylet started (ray start on another machine) has no RAY_ADDRESS of the driver's: rank 0's node
+    # address is what every rank's init_method must name
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(bw.ray, "is_initialized", lambda: True)
     monkeypatch.setattr(bw.ray.util, "get_node_ip_address", lambda: "127.0.0.2")  # another loopback address
     addr, port = bw.BaseWorker.get_master_addr_port()
     assert addr == "127.0.0.2" and port >= 1024 and _free(addr, port)

@@ -59,6 +59,7 @@ class FakeRay:
         monkeypatch.setattr(launcher, "remove_placement_group", fake.removed.append)
         monkeypatch.setattr(launcher, "PlacementGroupSchedulingStrategy",
                             lambda group, placement_group_bundle_index: ("bundle", group, placement_group_bundle_index))
+        monkeypatch.setattr(launcher, "NodeAffinitySchedulingStrategy", lambda node_id, soft: ("node", node_id, soft))
         return self
 
     def placement_group(self, bundles, strategy):
@@ -215,6 +216,18 @@ def test_a_rank_takes_one_accelerator_and_one_cpu(monkeypatch, accel, options):
 def test_the_cpu_count_per_worker_can_be_set(monkeypatch):
     group, fake = _group(monkeypatch, FakeRay({"CPU": 8.0, "GPU": 2.0}), num_cpus_per_worker=0.25)
     assert fake.groups[0].bundles == [{"CPU": 0.25, "GPU": 1}] * 2 and fake.options[0]["num_cpus"] == 0.25
+
+
+def test_custom_resources_go_into_every_ranks_bundle_and_a_missing_one_is_named(monkeypatch):
+    group, fake = _group(monkeypatch, FakeRay({"CPU": 8.0, "node_b": 2.0}), custom_resources={"node_b": 1.0})
+    assert fake.groups[0].bundles == [{"CPU": 0.5, "node_b": 1.0}] * 2  # the bundle's node is one that offers it
+    assert fake.options[0] == dict(num_cpus=0.5, scheduling_strategy=("bundle", fake.groups[0], 0))
+    with pytest.raises(launcher.PlacementError) as info:
+        _group(monkeypatch, FakeRay({"CPU": 8.0, "node_b": 1.0}), custom_resources={"node_b": 1.0})
+    assert str(info.value) == (
+        "cannot place the workers: the run asks for 2 workers x {CPU: 0.5, node_b: 1} = {CPU: 1, node_b: 2}; the "
+        "cluster has {CPU: 8, node_b: 1} on 1 node(s) (rl_config.actor_resource.num_npus sets the worker count; "
+        "custom_resources under it, the Ray resources each worker asks for)")
 
 
 def test_the_stage_deadline_defaults_to_the_plans(monkeypatch):
@@ -485,7 +498,8 @@ def test_a_queued_stage_loads_the_groups_queue_and_every_rank_takes_from_it(monk
     fake.get_timeouts.clear()
     metrics, made = group.run_queued_stage(stage, queued, iteration=4)
     queue = group.queue.obj
-    assert fake.options[-1] == {"num_cpus": 0}  # the queue actor holds no CPU of the workers'
+    # the queue actor holds no CPU of the workers', on the driver's node
+    assert fake.options[-1] == {"num_cpus": 0, "scheduling_strategy": ("node", "node-A", False)}
     assert fake.get_timeouts[0] == 20.0  # loading the queue waits at most the stage deadline
     # one queue of the round: its rows, one consumer per TP group (transformers generate), chunks of rows_per_share
     assert (queue.key, queue.rows, queue.consumers, queue.chunk, queue.cap) == (1, 4, 2, 2, None)
