@@ -197,10 +197,8 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
     try:
         classes = worker_classes()
         weights = {"actor": actor.model_path, "critic": cfgs.critic_config.model_path if cfgs.critic_config else None}
-        resources = {"actor": rl.actor_resource, "critic": rl.critic_resource}
         for role in plan.roles:  # one worker group per role, each on its own devices and layout
-            groups[role] = RayActorGroup(classes[role], plan.for_group(role),
-                                         custom_resources=(resources[role] or {}).get("custom_resources"))
+            groups[role] = RayActorGroup(classes[role], plan.for_group(role))
             groups[role].initialize(weights[role], eos_id, pad_id)
         group = groups["actor"]
         if resume is not None:

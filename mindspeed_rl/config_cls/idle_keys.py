@@ -18,6 +18,9 @@ def idle_key_lines(rl_config, plan) -> List[str]:
         lines.append("rl_config.async_engine=true has no effect: it stops partial rollout's passes early, and "
                      "partial rollout is off (rl_config.partial_rollout_max_split=1; set it above 1, as upstream "
                      "pairs the two)")
+    if rl_config.critic_resource is not None and plan.critic is None:
+        lines.append("rl_config.critic_resource has no effect: it places PPO's critic group, and this run trains no "
+                     "critic (megatron_training.stage is not ray_ppo)")
     rollout = plan.worker.rollout
     if rollout.backend == "vllm" and rollout.max_num_seqs == 1:
         lines.append("generate_config.max_num_seqs=1 with the vLLM backend: each engine runs one request at a time, "

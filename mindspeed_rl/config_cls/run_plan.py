@@ -36,6 +36,9 @@ class Layout:
     engine: str = "ddp"
     asked: str = ""  # the config's layout when another one runs instead (PP / CP / EP folded into DP)
     note: str = ""   # the one line that says which layout runs instead and why
+    # Ray custom resources each worker asks for besides its CPU and device (rl_config.<group>_resource
+    # .custom_resources): the group lands on the nodes that offer them
+    resources: Tuple[Tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -353,7 +356,8 @@ def _check_layout(actor_config, resource, section: str = "actor_config", resourc
         engine = "fsdp"
     else:
         engine = "tp" if tp > 1 else "ddp"
-    return Layout(world_size=world, dp=dp, tp=tp, engine=engine, asked=asked, note=note)
+    custom = tuple(sorted((resource.get("custom_resources") or {}).items())) if isinstance(resource, dict) else ()
+    return Layout(world_size=world, dp=dp, tp=tp, engine=engine, asked=asked, note=note, resources=custom)
 
 
 def _family_splits_attention(family: str) -> bool:

@@ -127,12 +127,11 @@ def _place(bundle: Dict[str, float], count: int, strategy: str, timeout: float, 
 
 class RayActorGroup(UpstreamGroupIO):
     def __init__(self, worker: Type[BaseWorker], run_plan, num_cpus_per_worker: Optional[float] = None,
-                 stage_timeout: Optional[float] = None, custom_resources: Optional[Dict[str, float]] = None,
-                 **kwargs):
+                 stage_timeout: Optional[float] = None, **kwargs):
         """One worker per device of ``run_plan.layout``; each rank gets the run
         plan only (its ``worker`` spec holds what a rank reads of the configs).
-        ``custom_resources`` (rl_config.<group>_resource.custom_resources): Ray custom resources each rank's
-        bundle asks for besides its CPU and device, so the group lands on the nodes that offer them.
+        Each rank's bundle asks for its CPU, its device and the layout's custom resources
+        (rl_config.<group>_resource.custom_resources), so the group lands on the nodes that offer them.
         ``stage_timeout`` bounds one command on the group (None: the run plan's
         stage deadline, ``rl_config.stage_timeout``); a rank that fails or dies
         ends the command at once, a rank that does not answer by the deadline is named."""
@@ -146,10 +145,11 @@ class RayActorGroup(UpstreamGroupIO):
         self.queue, self.rounds = None, 0  # the rollout queue's actor (trainer.stage_runner: queued stages)
         accel = _accelerator()
         cpus = num_cpus_per_worker if num_cpus_per_worker is not None else (1 if accel else 0.5)
-        bundle = {"CPU": cpus, **({accel: 1} if accel else {}), **(custom_resources or {})}
+        custom = dict(run_plan.layout.resources)
+        bundle = {"CPU": cpus, **({accel: 1} if accel else {}), **custom}
         self.strategy = choose_strategy(run_plan.placement, len(_nodes()))
         self.placement_group = _place(bundle, self.world_size, self.strategy, run_plan.timeouts.placement,
-                                      custom=bool(custom_resources))
+                                      custom=bool(custom))
         remote_cls = ray.remote(worker)
         for rank in range(self.world_size):
             options = dict(num_cpus=cpus, scheduling_strategy=PlacementGroupSchedulingStrategy(

@@ -377,3 +377,14 @@ def test_ref_section_rejected_in_integrated_mode(tmp_path):
     cfg = _write(tmp_path / "c.yaml", text)
     with pytest.raises(ConfigError, match="ref_config"):
         build_configs(load_config(cfg))
+
+
+def test_custom_resources_reach_each_groups_layout_in_the_plan():
+    from mindspeed_rl.config_cls import build_configs, load_config
+    ppo = build_configs(load_config("configs/ppo_tiny_cpu.yaml", [
+        "megatron_training.model_path=/unused", "rl_config.actor_resource.custom_resources={node_a: 1}",
+        "rl_config.critic_resource.custom_resources={node_b: 0.5, gpu_pool: 2}"])).plan
+    assert ppo.layout.resources == (("node_a", 1.0),)
+    assert ppo.for_group("critic").layout.resources == (("gpu_pool", 2.0), ("node_b", 0.5))
+    plain = build_configs(load_config("configs/grpo_tiny_cpu.yaml", ["megatron_training.model_path=/unused"])).plan
+    assert plain.layout.resources == ()

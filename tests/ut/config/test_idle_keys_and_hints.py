@@ -58,6 +58,14 @@ def test_the_std_switch_with_another_estimator_says_it_does_nothing():
     assert _lines("rl_config.adv_estimator=rloo") == []  # the default (true) was not asked for
 
 
+def test_a_critic_resource_without_a_critic_says_it_does_nothing():
+    line = ("rl_config.critic_resource has no effect: it places PPO's critic group, and this run trains no critic "
+            "(megatron_training.stage is not ray_ppo)")
+    assert _lines("rl_config.critic_resource={num_npus: 1, custom_resources: {node_b: 1}}") == [line]
+    ppo = os.path.join(ROOT, "configs", "ppo_tiny_cpu.yaml")
+    assert _lines(config=ppo) == []  # PPO places its critic by it
+
+
 def test_async_engine_without_partial_rollout_says_it_does_nothing(capsys):
     line = ("rl_config.async_engine=true has no effect: it stops partial rollout's passes early, and partial "
             "rollout is off (rl_config.partial_rollout_max_split=1; set it above 1, as upstream pairs the two)")

@@ -161,7 +161,7 @@ def test_launcher_places_by_the_plans_strategy(monkeypatch):
     cfgs = _configs("rl_config.placement_strategy=STRICT_SPREAD")
     seen = []
 
-    def place(bundle, count, strategy, timeout):
+    def place(bundle, count, strategy, timeout, custom=False):
         seen.append((count, strategy))
         raise launcher.PlacementError("stop here")
 

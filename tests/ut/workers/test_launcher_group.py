@@ -170,8 +170,8 @@ class Worker(BaseWorker):
         return self.rank
 
 
-def _plan(world=2, tp=1, stage=None, placement="auto", place_s=30.0):
-    return RunPlan(Layout(world, world // tp, tp), prompts_per_round=1, n_samples=1, mini_batch_rows=1, epochs=1,
+def _plan(world=2, tp=1, stage=None, placement="auto", place_s=30.0, resources=()):
+    return RunPlan(Layout(world, world // tp, tp, resources=resources), prompts_per_round=1, n_samples=1, mini_batch_rows=1, epochs=1,
                    train_iters=1, timeouts=Timeouts(20.0, 40.0, place_s, stage=stage), placement=placement)
 
 
@@ -219,11 +219,11 @@ def test_the_cpu_count_per_worker_can_be_set(monkeypatch):
 
 
 def test_custom_resources_go_into_every_ranks_bundle_and_a_missing_one_is_named(monkeypatch):
-    group, fake = _group(monkeypatch, FakeRay({"CPU": 8.0, "node_b": 2.0}), custom_resources={"node_b": 1.0})
+    group, fake = _group(monkeypatch, FakeRay({"CPU": 8.0, "node_b": 2.0}), plan=_plan(resources=(("node_b", 1.0),)))
     assert fake.groups[0].bundles == [{"CPU": 0.5, "node_b": 1.0}] * 2  # the bundle's node is one that offers it
     assert fake.options[0] == dict(num_cpus=0.5, scheduling_strategy=("bundle", fake.groups[0], 0))
     with pytest.raises(launcher.PlacementError) as info:
-        _group(monkeypatch, FakeRay({"CPU": 8.0, "node_b": 1.0}), custom_resources={"node_b": 1.0})
+        _group(monkeypatch, FakeRay({"CPU": 8.0, "node_b": 1.0}), plan=_plan(resources=(("node_b", 1.0),)))
     assert str(info.value) == (
         "cannot place the workers: the run asks for 2 workers x {CPU: 0.5, node_b: 1} = {CPU: 1, node_b: 2}; the "
         "cluster has {CPU: 8, node_b: 1} on 1 node(s) (rl_config.actor_resource.num_npus sets the worker count; "
