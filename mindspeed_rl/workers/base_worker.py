@@ -42,6 +42,7 @@ class BaseWorker(UpstreamWorkerIO):
         self.run_plan = run_plan
         self.rank, self.world_size = rank, world_size
         self.parallel_state: Optional[ParallelState] = None
+        self._rendezvous: Optional[socket.socket] = None  # rank 0's listening socket of the rendezvous store
         self.device = get_device(int(os.environ.get("LOCAL_RANK", 0)))
         hf_logging.disable_progress_bar()
         if self.device.type == "cpu":
@@ -49,20 +50,24 @@ class BaseWorker(UpstreamWorkerIO):
 
     # ------------------------------------------------------------ set-up
 
-    @staticmethod
-    def get_master_addr_port() -> Tuple[str, int]:
-        """Address and a free port on this node for the process-group rendezvous: in a Ray worker its node's
-        address (what the other nodes reach it by; 127.0.0.1 on a local Ray), else 127.0.0.1."""
+    def get_master_addr_port(self) -> Tuple[str, int]:
+        """Address and port of the process-group rendezvous, served by this rank (rank 0): in a Ray worker its
+        node's address (what the other nodes reach it by; 127.0.0.1 on a local Ray), else 127.0.0.1. The socket
+        is bound to that address only and kept listening for ``init_distributed``'s store: the port cannot be
+        taken in between, and nothing listens on the node's other interfaces."""
         addr = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
-        with socket.socket() as sock:
-            sock.bind((addr, 0))
-            return addr, sock.getsockname()[1]
+        self._rendezvous = socket.create_server((addr, 0), backlog=max(128, self.world_size))
+        return addr, self._rendezvous.getsockname()[1]
 
     def init_distributed(self, master_addr: str, master_port: int):
         backend = get_dist_backend(self.device, self.run_plan.worker.engine.distributed_backend)
-        dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
-                                rank=self.rank, world_size=self.world_size,
-                                timeout=timedelta(seconds=self.run_plan.timeouts.collective))
+        timeout = timedelta(seconds=self.run_plan.timeouts.collective)
+        if self.rank == 0 and self._rendezvous is None:  # an address given without get_master_addr_port
+            self._rendezvous = socket.create_server((master_addr, master_port), backlog=max(128, self.world_size))
+        # rank 0 serves the store on its socket (bound to the rendezvous address alone), the others connect
+        store = dist.TCPStore(master_addr, master_port, self.world_size, self.rank == 0, timeout=timeout,
+                              master_listen_fd=self._rendezvous.fileno() if self.rank == 0 else None)
+        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size, timeout=timeout)
         self.parallel_state = ParallelState.from_layout(self.rank, self.run_plan.layout).build_groups()
         if self.run_plan.layout.engine != "ddp":
             self.parallel_state.build_mesh(self.device.type)
@@ -72,6 +77,9 @@ class BaseWorker(UpstreamWorkerIO):
         super().shutdown()  # upstream's dock handle, dropped now, not while the process is being killed
         if dist.is_initialized():
             dist.destroy_process_group()
+        if self._rendezvous is not None:
+            self._rendezvous.close()
+            self._rendezvous = None
 
     # ------------------------------------------------------------ stages
 

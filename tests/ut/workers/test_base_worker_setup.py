@@ -93,12 +93,29 @@ def _free(addr, port):
         return True
 
 
+def listening(port):
+    """The local addresses a socket listens on at ``port`` (from /proc/net/tcp and tcp6: state 0A)."""
+    found = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                host, hexport = local.split(":")
+                if state == "0A" and int(hexport, 16) == port:
+                    found.add("127.0.0.1" if host == "0100007F" else "127.0.0.2" if host == "0200007F" else host)
+    return found
+
+
 def test_master_address_is_loopback_outside_ray(monkeypatch):
     monkeypatch.setattr(bw.ray, "is_initialized", lambda: False)
     monkeypatch.setattr(bw.ray.util, "get_node_ip_address", lambda: "127.0.0.2")  # not asked outside Ray
-    addr, port = bw.BaseWorker.get_master_addr_port()
-    # a port the OS picked (from its ephemeral range, never a privileged one), free again once returned
-    assert addr == "127.0.0.1" and isinstance(port, int) and port >= 1024 and _free(addr, port)
+    w = bw.BaseWorker(rank=0, world_size=2, run_plan=_plan())
+    addr, port = w.get_master_addr_port()
+    # a port the OS picked (from its ephemeral range, never a privileged one), held listening on that address
+    # alone until the store takes it over, free again once the worker shuts down
+    assert addr == "127.0.0.1" and isinstance(port, int) and port >= 1024 and listening(port) == {"127.0.0.1"}
+    w.shutdown()
+    assert listening(port) == set() and _free(addr, port)
 
 
 def test_master_address_is_the_nodes_ip_in_a_ray_worker_whatever_its_environment(monkeypatch):
@@ -107,8 +124,10 @@ def test_master_address_is_the_nodes_ip_in_a_ray_worker_whatever_its_environment
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(bw.ray, "is_initialized", lambda: True)
     monkeypatch.setattr(bw.ray.util, "get_node_ip_address", lambda: "127.0.0.2")  # another loopback address
-    addr, port = bw.BaseWorker.get_master_addr_port()
-    assert addr == "127.0.0.2" and port >= 1024 and _free(addr, port)
+    w = bw.BaseWorker(rank=0, world_size=2, run_plan=_plan())
+    addr, port = w.get_master_addr_port()
+    assert addr == "127.0.0.2" and port >= 1024 and listening(port) == {"127.0.0.2"}
+    w.shutdown()
 
 
 @pytest.mark.parametrize("engine, mesh", [("ddp", []), ("fsdp", ["cpu"])])
@@ -124,13 +143,16 @@ def test_init_distributed_joins_the_group_with_the_plans_backend_and_timeout(mon
     try:
         assert w.init_distributed(addr, port) == 0
         assert dist.is_initialized() and dist.get_backend() == "gloo" and dist.get_world_size() == 1
+        assert listening(port) == {"127.0.0.1"}  # the store serves on the rendezvous socket: loopback only
         ps = w.parallel_state
         assert (ps.rank, ps.world_size, ps.tp_size) == (0, 1, 1) and ps.dp_group is not None
         assert ps.tp_group is not None and w.is_tp_src
     finally:
         w.shutdown()
-    assert calls == [(("gloo",), dict(init_method=f"tcp://{addr}:{port}", rank=0, world_size=1,
-                                      timeout=timedelta(seconds=77.0)))]
+    ((args, kwargs),) = calls
+    store = kwargs.pop("store")
+    assert args == ("gloo",) and kwargs == dict(rank=0, world_size=1, timeout=timedelta(seconds=77.0))
+    assert isinstance(store, dist.TCPStore) and (store.host, store.port) == (addr, port)
     assert meshes == mesh  # ddp replicas need no device mesh
     assert not dist.is_initialized() and w.td is None
 
