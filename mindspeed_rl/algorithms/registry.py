@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 
 def did_you_mean(name, known: Sequence[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``known`` to a misspelled ``name``, else ''."""
-    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(str(name), list(known), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

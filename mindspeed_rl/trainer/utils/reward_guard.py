@@ -123,7 +123,8 @@ class RejectionGuard:
             return
         if self.streak.add(iteration, what):
             raise AllRejectedError(
-                f"{what} in {self.streak.span(iteration)} (rl_config.max_all_rejected_iterations={self.limit}): "
+                f"{self.streak.items[0][1]} in {self.streak.span(iteration)} "
+                f"(rl_config.max_all_rejected_iterations={self.limit}): "
                 f"the policy loss, its gradient and the KL would all be 0, so the run stops before the update; "
                 f"loosen rl_config.rollout_correction's thresholds")
         print(f"warning: iteration {iteration}: {what}: its update learns nothing{self.streak.allowed()}",

@@ -1,6 +1,7 @@
 """Rollout correction that leaves no token to train on: the fraction of tokens still trained on, one warning per
 such iteration, and a stop before the update after rl_config.max_all_rejected_iterations of them in a row."""
 import dataclasses
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -43,6 +44,24 @@ def test_what_left_nothing_is_said_in_words():
     assert nothing_trained(_correct([-2.0, -0.4], [0.0, 0.0], both), both) == (
         "rollout correction rejected 50.0% of its tokens and weighed the others 0 (token-level IS weights "
         "[0.8, 1.5] (outside: 0); rejection token_k2 <= 0.1)")
+
+
+def test_a_round_without_rejection_rules_that_trains_nothing_weighed_every_token_0():
+    assert nothing_trained({TRAINED_FRACTION: 0.0}, ICEPOP) == (
+        "rollout correction weighed every token 0 (token-level IS weights [0.8, 1.5] (outside: 0))")
+
+
+def test_the_stop_names_the_first_iteration_of_the_streak_and_warnings_are_flushed_at_once(capsys, monkeypatch):
+    guard = RejectionGuard(2)
+    guard.check(1, {TRAINED_FRACTION: 0.0}, ICEPOP)
+    with pytest.raises(AllRejectedError, match=r"^rollout correction weighed every token 0 \(token-level IS "
+                                               r"weights \[0.8, 1.5\] \(outside: 0\)\) in 2 iterations in a row"):
+        guard.check(2, {TRAINED_FRACTION: 0.0, "rollout_corr/rollout_rs_masked_fraction": 1.0}, TIGHT)
+    from tests.ut.faults.test_reward_guard_edges import Stdout
+    out = Stdout()
+    monkeypatch.setattr(sys, "stdout", out)
+    RejectionGuard(0).check(3, {TRAINED_FRACTION: 0.0}, ICEPOP)
+    assert "warning: iteration 3" in out.text and out.flushed == 1
 
 
 def test_each_such_iteration_warns_and_the_limit_stops_the_run(capsys):
