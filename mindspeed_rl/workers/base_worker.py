@@ -77,8 +77,9 @@ class BaseWorker(UpstreamWorkerIO):
         super().shutdown()  # upstream's dock handle, dropped now, not while the process is being killed
         if dist.is_initialized():
             dist.destroy_process_group()
-        if self._rendezvous is not None:
-            self._rendezvous.close()
+        listening = getattr(self, "_rendezvous", None)  # a rank made without __init__ (upstream's dock path) has none
+        if listening is not None:
+            listening.close()
             self._rendezvous = None
 
     # ------------------------------------------------------------ stages

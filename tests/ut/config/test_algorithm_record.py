@@ -36,6 +36,9 @@ def test_a_changed_algorithm_is_one_warning_naming_each_change():
         "'seq-mean-token-mean' (weights, optimizer state, KL coefficient and data position carry over)")
     assert algorithm_change_line(grpo, dict(grpo), "/c", 1) is None
     assert algorithm_change_line(None, rloo, "/c", 1) is None  # a checkpoint that does not record it
+    unnamed = {k: v for k, v in grpo.items() if k != "name"}  # a record without its name still says the changes
+    assert algorithm_change_line(unnamed, rloo, "/c", 1).startswith(
+        "warning: checkpoint /c (iteration 1) was trained as ?; this run continues it as RLOO: ")
     dr = _record("rl_config.norm_adv_by_std_in_grpo=false")
     assert algorithm_change_line(grpo, dr, "/c", 2).endswith(
         "as Dr.GRPO: rl_config.norm_adv_by_std_in_grpo True -> False (weights, optimizer state, KL coefficient and "
