@@ -3,6 +3,7 @@ and a pool of another run (seed, data, tokenizer, batch or group size, pass budg
 the file, before anything is continued; a pool dropped because partial rollout is off is counted."""
 import os
 import re
+import sys
 
 import pytest
 import torch
@@ -91,6 +92,8 @@ def _damage(state, how):
         return dict(state, n="4")
     if how == "passes missing":
         return dict(state, rollout_passes=None)
+    if how == "passes a string":
+        return dict(state, rollout_passes="3")
     row = dict(rows[1])
     if how == "row a list":
         row = list(row)
@@ -106,6 +109,16 @@ def _damage(state, how):
         row["log_probs"] = row["log_probs"][:-1]
     elif how == "done an int":
         row["done"] = 1
+    elif how == "negative passes":
+        row["passes"] = -1
+    elif how == "bool tokens":
+        row["tokens"] = row["tokens"].bool()
+    elif how == "list tokens":
+        row["tokens"] = row["tokens"].tolist()
+    elif how == "done missing a value":
+        row["done"] = None
+    elif how == "group at next":
+        row["group"] = 16
     elif how == "too many tokens":
         row["tokens"] = torch.zeros(11, dtype=torch.int32)
         row["log_probs"], row["born"] = torch.zeros(11), torch.zeros(11, dtype=torch.int64)
@@ -120,6 +133,12 @@ def _damage(state, how):
     ("rows a dict", "its 'rows' is a dict, not a list"),
     ("n a string", "its 'n' is '4', not an int of at least 1"),
     ("passes missing", "its 'rollout_passes' is None, not an int"),
+    ("passes a string", "its 'rollout_passes' is '3', not an int"),
+    ("negative passes", "row 1's 'passes' is -1, not an int"),
+    ("bool tokens", "row 1's 'tokens' is a 1-D torch.bool tensor, not a 1-D tensor of token ids"),
+    ("list tokens", "row 1's 'tokens' is a list, not a 1-D tensor of token ids"),
+    ("done missing a value", "row 1's 'done' is None, not true or false"),
+    ("group at next", "row 1's group 16 is not below next_group=16"),
     ("row a list", "row 1 is a list, not a dict"),
     ("row without group", "row 1 lacks 'group'"),
     ("float tokens", "row 1's 'tokens' is a 1-D torch.float32 tensor, not a 1-D tensor of token ids"),
@@ -164,3 +183,42 @@ def test_a_pool_dropped_with_partial_rollout_off_is_counted(saved, tmp_path):
         f"{len({r['group'] for r in rows})} prompts in flight, {len(rows)} rows, {tokens} tokens made so far; their "
         f"prompts are not drawn again")
     assert partial_rollout.dropped_pool_line(str(tmp_path / "none")) is None
+
+
+@pytest.mark.parametrize("key,value,problem", [
+    ("n", 0, "its 'n' is 0, not an int of at least 1"),
+    ("pass_tokens", 0, "its 'pass_tokens' is 0, not an int of at least 1"),
+    ("max_tokens", 0, "its 'max_tokens' is 0, not an int of at least 1"),
+    ("next_group", -1, "its 'next_group' is -1, not an int of at least 0"),
+])
+def test_the_pools_sizes_have_their_least_values(key, value, problem):
+    least = {"rows": [], "next_group": 0, "n": 1, "max_tokens": 1, "pass_tokens": 1}
+    assert state_problem(least) is None  # the smallest sizes a pool can have
+    assert state_problem(dict(least, **{key: value})) == problem
+
+
+def test_a_row_of_exactly_max_tokens_is_whole():
+    row = {"group": 0, "prompt": torch.tensor([1, 2]), "extra": {}, "tokens": torch.zeros(3, dtype=torch.int32),
+           "log_probs": torch.zeros(3), "born": torch.zeros(3, dtype=torch.int64), "passes": 1, "done": True}
+    assert state_problem({"rows": [row], "next_group": 1, "n": 1, "max_tokens": 3, "pass_tokens": 3}) is None
+
+
+def test_every_difference_from_this_run_is_named(saved):
+    _, folder, path = saved
+    again = _again("rl_config.seed=7", data="toy:sum")
+    with pytest.raises(ValueError, match=re.escape("belongs to another run: its rl_config.seed=1234, this run's 7; "
+                                                   "its megatron_training.data_path='toy:length', this run's "
+                                                   "'toy:sum'; continuing")):
+        partial_rollout.load_pool(again, folder)
+
+
+def test_the_unchecked_pools_warning_is_flushed_at_once(saved, monkeypatch):
+    from tests.ut.faults.test_reward_guard_edges import Stdout
+    _, folder, path = saved
+    state = torch.load(path, weights_only=True)
+    del state["run"]
+    torch.save(state, path)
+    out = Stdout()
+    monkeypatch.setattr(sys, "stdout", out)
+    partial_rollout.load_pool(_again(), folder)
+    assert "does not record the run it belongs to" in out.text and out.flushed == 1
