@@ -129,3 +129,19 @@ def test_offline_wandb_writes_each_iterations_metrics_to_its_run_files(tmp_path,
     assert resumed["group"] == first["run_id"] != resumed["run_id"]
     assert resumed["config"]["resumed_from_iteration"] == 2
     json.dumps(first)  # plain values
+
+
+def test_a_fresh_run_never_joins_a_group_left_in_its_folder_and_a_resume_without_one_starts_its_own(
+        tmp_path, fake_wandb):
+    from mindspeed_rl.utils.wandb_log import WandbRun
+    (tmp_path / ID_FILE).write_text("left0000\n")  # e.g. a run that stopped before its first record
+    fresh = WandbRun(WandbSettings("p", None, None, {}), str(tmp_path))
+    assert fake_wandb.inits[-1]["group"] == fresh.run.id != "left0000"
+    assert (tmp_path / ID_FILE).read_text() == fresh.run.id + "\n"  # the folder's group is now this run's
+    lone = WandbRun(WandbSettings("p", None, None, {}), str(tmp_path / "empty"), resume_from=3)
+    assert fake_wandb.inits[-1]["group"] == lone.run.id  # no id file: a group of its own
+    WandbRun(WandbSettings("p", None, None, {}), None, resume_from=3)  # no run folder at all
+    assert fake_wandb.inits[-1]["group"] == fake_wandb.inits[-1]["id"] and fake_wandb.inits[-1]["dir"] is None
+    fresh.close()
+    fresh.close()  # a second close does nothing
+    assert fake_wandb.finished == 1
