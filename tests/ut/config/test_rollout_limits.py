@@ -104,3 +104,32 @@ def test_build_configs_runs_both_checks_on_the_resolved_backend(monkeypatch):
         build_configs(load_config(TINY, base + ["generate_config.max_num_seqs=8"]))
         build_configs(load_config(TINY, ["megatron_training.model_path=/unused", "generate_config.max_model_len=128"]))
     assert sum("max_num_seqs=1 with the vLLM backend" in str(w.message) for w in caught) == 1
+
+
+def test_rope_factors_of_every_spelling_and_unscaled_or_odd_entries(tmp_path):
+    # rope_parameters (transformers 5's name) with a linear factor scales; the old 'type' key names the kind too
+    params = _checkpoint(tmp_path / "p", max_position_embeddings=32, rope_parameters={"rope_type": "linear",
+                                                                                      "factor": 2})
+    assert model_len_limit(None, params)[0] == 64
+    old = _checkpoint(tmp_path / "t", max_position_embeddings=32, rope_scaling={"type": "yarn", "factor": 4})
+    assert model_len_limit(None, old)[0] == 32  # YaRN by its old key: vLLM leaves the limit as it is
+    dynamic = _checkpoint(tmp_path / "y", max_position_embeddings=32, rope_scaling={"type": "dynamic", "factor": 3})
+    assert model_len_limit(None, dynamic)[0] == 96
+    odd = _checkpoint(tmp_path / "o", max_position_embeddings=32, rope_scaling=[1, 2])  # not a mapping: unscaled
+    assert model_len_limit(None, odd)[0] == 32
+    none = _checkpoint(tmp_path / "n", rope_scaling=[1, 2])  # no limit at all, whatever the rope entry
+    assert model_len_limit(_section(20), none) == (20, "the model section")
+    assert model_len_limit(MegatronConfig({}, {}), str(tmp_path / "missing")) is None  # nothing says it
+    from types import SimpleNamespace
+    assert model_len_limit(SimpleNamespace(), None) is None  # a config object without the key at all
+
+
+@pytest.mark.parametrize("value,allowed", [("1", True), ("True", True), (" true ", True), ("0", False),
+                                           ("yes", False)])
+def test_vllms_override_variable_is_read_as_vllm_reads_it(monkeypatch, value, allowed):
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", value)
+    if allowed:
+        check_model_len(_spec(max_model_len=65), _section(64))
+    else:
+        with pytest.raises(ValueError, match="exceeds the model's max_position_embeddings=64"):
+            check_model_len(_spec(max_model_len=65), _section(64))
