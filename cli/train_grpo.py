@@ -258,7 +258,7 @@ def dry_run(config: str, overrides: List[str] = ()) -> List[str]:
     from mindspeed_rl.config_cls.algorithm_line import algorithm_line
     from mindspeed_rl.config_cls.loader import build_configs, load_config
     from mindspeed_rl.config_cls.megatron_config import MODEL_FAMILY_KEYS
-    from mindspeed_rl.tools.memory_plan import plan_memory, table
+    from mindspeed_rl.reports.memory_plan import plan_memory, table
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -27,7 +27,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from mindspeed_rl.tools.balance_report import (  # noqa: E402
+from mindspeed_rl.reports.balance_report import (  # noqa: E402
     ReportError, _balance_path, format_table, plot_reports, read_balance_file, report_from_run, select_plans)
 
 DEFAULT_OUT = os.path.join(ROOT, "sources", "images", "remove_padding", "dp_balance.png")

@@ -8,7 +8,7 @@ import cli.train_grpo as cli
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.loader import ConfigError
 from mindspeed_rl.config_cls.run_plan import PlanError
-from mindspeed_rl.tools.memory_plan import plan_memory
+from mindspeed_rl.reports.memory_plan import plan_memory
 
 ROOT = Path(__file__).resolve().parents[3]
 UPSTREAM = ROOT / "tests/data/upstream_configs/05a90d7/configs/ppo_qwen25_32b_A3.yaml"

@@ -9,7 +9,7 @@ import pytest
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.loader import ConfigError
 from mindspeed_rl.config_cls.run_plan import PlanError
-from mindspeed_rl.tools.memory_plan import GB, plan_memory
+from mindspeed_rl.reports.memory_plan import GB, plan_memory
 from mindspeed_rl.utils.megatron_format import find_megatron_checkpoint
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -106,7 +106,7 @@ MLA_SPLIT = _hf_splits_mla()
 ])
 def test_tp_divisibility_is_what_the_engine_splits_per_family(config, sizes, refused):
     from mindspeed_rl.models.sharding import check_tp_divides
-    from mindspeed_rl.tools.memory_plan import meta_model
+    from mindspeed_rl.reports.memory_plan import meta_model
     model = MODEL_OF[config]
     path = CONFIGS / f"{config}.yaml"
     # fewer layers for a quick meta model (DeepSeek keeps its 61: its num_layer_list names them)

@@ -1,4 +1,4 @@
-"""Tests of the DP balance report tool (mindspeed_rl.tools.balance_report)."""
+"""Tests of the DP balance report tool (mindspeed_rl.reports.balance_report)."""
 import json
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from mindspeed_rl.tools import balance_report as br
+from mindspeed_rl.reports import balance_report as br
 from mindspeed_rl.utils.workload import WorkloadModel
 
 # long-tail lengths: 16 GRPO groups of 4 samples, a few very long responses

@@ -2,7 +2,7 @@
 import pytest
 
 from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.tools.memory_plan import GB, main, plan_memory
+from mindspeed_rl.reports.memory_plan import GB, main, plan_memory
 
 A3 = "configs/grpo_qwen25_7b_A3.yaml"
 TEST_7B = "tests/st/configs/test_grpo_trainer_qwen25_7b_integrated.yaml"
@@ -45,7 +45,7 @@ def test_layout_errors_name_the_key(overrides, match):
 
 
 def test_overrides_anywhere_on_the_command_line(capsys):
-    from mindspeed_rl.tools.memory_plan import parse_args
+    from mindspeed_rl.reports.memory_plan import parse_args
     override = "actor_config.tensor_model_parallel_size=2"
     for argv in (["--config", A3, "--device-gb", "64", "80", override],
                  [override, "--config", A3, "--device-gb", "64", "80"],
@@ -98,3 +98,15 @@ def test_dry_run_lists_what_runs_replicated_over_tp(monkeypatch):
     assert O_PROJ_LINE in text
     assert "layers.*.self_attn.q_proj style 'colwise' is not applied: layers.*.self_attn.o_proj in the same " \
            "block has style 'future_style'" in text
+
+
+def test_the_old_module_path_still_runs_the_report():
+    # the report moved to mindspeed_rl.reports; mindspeed_rl.tools is upstream's agent-tool package now
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "mindspeed_rl.tools.memory_plan", "--config", A3, "--device-gb",
+                           "64"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "fits: 64 GB yes" in proc.stdout
+    from mindspeed_rl.tools import memory_plan as old
+    assert old.plan_memory is plan_memory

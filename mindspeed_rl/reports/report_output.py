@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from mindspeed_rl.tools.report_inputs import ReportError
+from mindspeed_rl.reports.report_inputs import ReportError
 from mindspeed_rl.utils.metrics import imbalance
 
 DEFAULT_TITLE = "DP batch balance: per-rank load, random split vs balanced"

@@ -1,0 +1,1 @@
+"""Command-line reports built on the library: the DP balance report and the memory plan."""
