@@ -155,8 +155,8 @@ class RLConfig(BaseConfig):
     Upstream keys of 05a90d7 (hccl_buffersize, zmq_communication,
     log_max_throughput, actor/update_max_packing_token_size, share_backbone, the
     DAPO keys token_level_loss, clip_higher_enable, clip_ratio_low/high,
-    overlong_buffer*, rollout_max_tokens, filter_groups_*, and the multi-turn
-    keys) keep upstream's defaults; what each does here is in unimplemented.py.
+    overlong_buffer*, rollout_max_tokens, filter_groups_*) keep upstream's
+    defaults; what each does here is in unimplemented.py.
     td_timeout (600.0): seconds the transfer dock waits for data before raising.
     stage_timeout (None): seconds one command on the worker group (a stage,
         a save, a load) may take before the run names the ranks that did not
@@ -173,6 +173,10 @@ class RLConfig(BaseConfig):
     max_all_rejected_iterations (1): stop after this many iterations in a row in
         which rollout correction rejected (or weighed 0) every token, before the
         update; 0: never stop (each such iteration says so).
+    multi_turn_enable (False), tool_config_path, max_tool_calls, max_parallel_calls,
+        max_total_response_length, max_tool_response_length, tool_response_truncate_side,
+        tool_parser_format: upstream's multi-turn rollouts with tools (config_cls/multi_turn.py).
+    tool_call_timeout (60.0): seconds one tool call may take before it is answered as timed out.
     seed (1234): seed of the RL-side random generators.
     """
 
@@ -293,6 +297,7 @@ class RLConfig(BaseConfig):
         self.max_nonfinite_iterations = 3
         self.max_failed_reward_iterations = 1
         self.max_all_rejected_iterations = 1
+        self.tool_call_timeout = 60.0
         self.seed = 1234
 
         self.update(config_dict)

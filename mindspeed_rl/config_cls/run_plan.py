@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Tuple
 from mindspeed_rl.algorithms import ADV_ESTIMATORS
 from mindspeed_rl.algorithms.spec import AdvantageSpec
 from mindspeed_rl.config_cls import stages as table
+from mindspeed_rl.config_cls.multi_turn import MultiTurnSpec, multi_turn_spec
 from mindspeed_rl.config_cls.partial_rollout import PartialSpec, partial_spec
 from mindspeed_rl.config_cls.rl_config import resource_size
 from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec, correction_spec
@@ -170,6 +171,7 @@ class RunPlan:
     advantage: AdvantageSpec = AdvantageSpec()  # rl_config.adv_estimator and what it reads
     partial: Optional[PartialSpec] = None  # partial_rollout_max_split > 1
     correction: CorrectionSpec = CorrectionSpec()  # rl_config.rollout_correction
+    multi_turn: Optional[MultiTurnSpec] = None  # rl_config.multi_turn_enable: conversations with tools
 
     @property
     def gae(self) -> Optional[AdvantageSpec]:
@@ -270,8 +272,10 @@ class RunPlan:
                    or [1])
 
     def long_tail_lines(self) -> List[str]:
-        """The plan's lines for partial rollout and rollout correction (none when both are off)."""
-        return ([self.partial.describe()] if self.partial is not None else []) + (
+        """The plan's lines for multi-turn rollouts, partial rollout and rollout correction (none when all are
+        off)."""
+        return ([self.multi_turn.describe()] if self.multi_turn is not None else []) + (
+            [self.partial.describe()] if self.partial is not None else []) + (
             [self.correction.describe()] if self.correction.on else [])
 
     def stage(self, name: str) -> StagePlan:
@@ -479,7 +483,7 @@ def _balance(actor_config, rl_config) -> Optional[BalanceSpec]:
 
 
 def features(rl_config, spec: WorkerSpec, train_rows: int, correction: CorrectionSpec = CorrectionSpec(),
-             partial: Optional[PartialSpec] = None) -> Features:
+             partial: Optional[PartialSpec] = None, multi_turn: Optional[MultiTurnSpec] = None) -> Features:
     """What the run does, from the configs (``train_rows``: the rows the train stages take, build_run_plan's):
     the stage table's rows read it."""
     ppo = ADV_ESTIMATORS.meta(rl_config.adv_estimator).get("critic", False)
@@ -490,15 +494,17 @@ def features(rl_config, spec: WorkerSpec, train_rows: int, correction: Correctio
                     estimator=ADV_ESTIMATORS.canonical(rl_config.adv_estimator),
                     rollout_log_probs=spec.rollout.returns_log_probs,
                     rollout_correction=correction.on and not correction.bypass_mode,
-                    bypass=correction.bypass_mode, partial_rollout=partial is not None)
+                    bypass=correction.bypass_mode, partial_rollout=partial is not None,
+                    multi_turn=multi_turn is not None)
 
 
 def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec):
-    """(partial rollout spec, rollout correction spec, worker spec): the rollout backend returns its log-probs
-    whenever the correction needs them (transformers generate too)."""
+    """(partial rollout spec, rollout correction spec, multi-turn spec, worker spec): the rollout backend returns
+    its log-probs whenever the correction needs them (transformers generate too)."""
     try:
         partial = partial_spec(rl_config, generate_config, actor_config.global_batch_size)
         correction = correction_spec(rl_config.rollout_correction, partial is not None)
+        multi_turn = multi_turn_spec(rl_config, generate_config, rl_config.max_prompt_length)
     except ValueError as err:
         raise PlanError(str(err)) from None
     if correction.on:
@@ -506,7 +512,7 @@ def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec):
             raise PlanError("rl_config.rollout_correction needs the rollout engine's log-probs: set "
                             "generate_config.sampling_config.logprobs (0 or more)")
         spec = dataclasses.replace(spec, rollout=dataclasses.replace(spec.rollout, hf_log_probs=True))
-    return partial, correction, spec
+    return partial, correction, multi_turn, spec
 
 
 def _check_estimator(actor_config, rl_config):
@@ -585,8 +591,8 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
     if not rl_config.use_dynamic_bsz and (mini // dp) % actor_config.micro_batch_size:
         raise PlanError(f"rl_config.mini_batch_size // data parallel size = {mini // dp} must be "
                         f"divisible by micro_batch_size={actor_config.micro_batch_size}")
-    partial, correction, spec = _long_tail(actor_config, rl_config, generate_config, spec)
-    feats = features(rl_config, spec, rows, correction, partial)
+    partial, correction, multi_turn, spec = _long_tail(actor_config, rl_config, generate_config, spec)
+    feats = features(rl_config, spec, rows, correction, partial, multi_turn)
     critic = _critic(critic_config, rl_config, generate_config, mini, rows) if feats.critic else None
     _check_update_dispatch(rl_config.actor_update_dispatch_size, layout, actor_config, mini, rows)
     layouts = {"actor": layout, "ref": layout, "critic": critic.layout if critic else None}
@@ -631,7 +637,7 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
                    balance=_balance(actor_config, rl_config), seed=rl_config.seed,
                    train_prompts_per_round=train_prompts, overlong=overlong, group_filter=group_filter,
                    worker=spec, placement=rl_config.placement_strategy, features=feats, critic=critic, advantage=advantage,
-                   partial=partial, correction=correction,
+                   partial=partial, correction=correction, multi_turn=multi_turn,
                    # a rank waits in a collective at most as long as its peers' stage runs: the driver's
                    # stage deadline fires first and names the rank that did not answer
                    timeouts=Timeouts(td_timeout=timeout, collective=max(timeout, stage_timeout) + 60.0,

@@ -42,6 +42,7 @@ class Features:
     rollout_correction: bool = False  # IS weights / rejection between old and rollout log-probs (driver stage)
     bypass: bool = False            # rollout correction's bypass mode: the engine's log-probs are the old ones
     partial_rollout: bool = False   # partial_rollout_max_split > 1: rows carried between passes
+    multi_turn: bool = False        # multi_turn_enable: conversations with tools (tool tokens masked out)
 
     @property
     def uses_reference(self) -> bool:

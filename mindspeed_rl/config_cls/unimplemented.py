@@ -13,7 +13,6 @@ WARN, ERROR = "warn", "error"
 _HF_ROLLOUT = ("rollout_backend=hf samples with transformers generate, one batch per take of "
                "actor_rollout_dispatch_size rows; the key acts with rollout_backend vllm (or auto with vLLM installed)")
 _NO_FUSION = "the HF model's own kernels run; no fused/Ascend kernels"
-_MULTI_TURN = "not implemented yet: no multi-turn tool use; each response is one generate call"
 _LORA = "not implemented yet: every weight is trained (full-parameter GRPO; the memory plan counts full AdamW state)"
 _MOE_KERNELS = "MoE layers run as transformers implements them; experts are sharded by FSDP, no token dispatcher"
 _ROPE = ("rope scaling is the checkpoint's config.json's (not compared with the model section); "
@@ -94,14 +93,6 @@ KEYS: List[Key] = [
         "every pass packs micro-batches up to max_packing_token_size (same math, memory per micro-batch differs)",
         lambda v: v is not None),
     Key("rl_config", "share_backbone", WARN, "no LoRA, so nothing to share"),
-    Key("rl_config", "multi_turn_enable", WARN, _MULTI_TURN),
-    Key("rl_config", "tool_config_path", WARN, _MULTI_TURN),
-    Key("rl_config", "max_tool_calls", WARN, _MULTI_TURN),
-    Key("rl_config", "max_parallel_calls", WARN, _MULTI_TURN),
-    Key("rl_config", "max_total_response_length", WARN, _MULTI_TURN),
-    Key("rl_config", "max_tool_response_length", WARN, _MULTI_TURN),
-    Key("rl_config", "tool_response_truncate_side", WARN, _MULTI_TURN),
-    Key("rl_config", "tool_parser_format", WARN, _MULTI_TURN),
     # ---- megatron_training / role sections
     Key("megatron_training", "use_mcore_models", WARN, "the model is the HF transformers implementation"),
     Key("megatron_training", "tokenizer_type", WARN, "the tokenizer is loaded with transformers' AutoTokenizer",

@@ -1,0 +1,79 @@
+"""The turn rule of a multi-turn rollout (config_cls/multi_turn.py), independent of the engine that generates.
+
+After each model turn ``after_turn`` decides: the conversation ends (no tool call, max_tool_calls rounds ran, the
+response is full), or a round of tool calls starts beside the engine (a future). When it is done,
+``after_tools`` appends the answers (the chat template's tool turn, masked out of the loss) and says whether the
+model goes on; the next turn's budget is ``turn_budget``. Both backends use it: transformers generate turn by turn
+over a chunk, vLLM request by request between engine steps."""
+import time
+from concurrent.futures import Future
+from typing import List, Optional
+
+from mindspeed_rl.agent.conversation import ANSWERED, LENGTH, MAX_TOOL_CALLS, Conversation
+from mindspeed_rl.agent.tool_block import ToolBlock
+from mindspeed_rl.agent.tool_runner import ERROR, SKIPPED, TIMEOUT, CallResult, ToolRunner
+
+
+def truncate(text: str, limit: int, side: str) -> str:
+    """At most ``limit`` characters of a tool answer (0: all), marked where it was cut: 'left' keeps the start,
+    'right' the end, 'middle' both ends."""
+    if not limit or len(text) <= limit:
+        return text
+    if side == "left":
+        return text[:limit] + "...(truncated)"
+    if side == "right":
+        return "(truncated)..." + text[-limit:]
+    half = limit // 2
+    return text[:half] + "...(truncated)..." + text[len(text) - (limit - half):]
+
+
+class AgentLoop:
+    def __init__(self, spec, tools: dict, tokenizer, parser, max_tokens: int):
+        """``spec``: the run plan's MultiTurnSpec; ``tools``: name -> tool; ``parser``: the tool-call parser
+        (``parse_text(text) -> (calls, malformed lines)``); ``max_tokens``: one turn's budget
+        (sampling_config.max_tokens)."""
+        self.spec, self.tokenizer, self.parser, self.max_tokens = spec, tokenizer, parser, int(max_tokens)
+        self.block = ToolBlock(tokenizer)
+        self.runner = ToolRunner(tools, spec.call_timeout, spec.max_parallel_calls)
+
+    def turn_budget(self, conv: Conversation, budget: Optional[int] = None) -> int:
+        """New tokens the next turn may make: a turn's max_tokens, what is left of the whole response, and
+        ``budget`` (partial rollout: what is left of the row's pass)."""
+        room = self.spec.max_total_response_length - len(conv.tokens)
+        return max(0, min(self.max_tokens, room, budget if budget is not None else room))
+
+    def after_turn(self, conv: Conversation, ids, log_probs=None, ended: bool = True) -> Optional[Future]:
+        """Record a model turn (``ended``: it stopped on its own, at EOS); returns the future of its tool round,
+        or None when the conversation ended (``conv.stop`` says why)."""
+        conv.add_turn(ids, log_probs)
+        if len(conv.tokens) >= self.spec.max_total_response_length or not ended:
+            conv.stop = LENGTH
+            return None
+        calls, malformed = self.parser.parse_text(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+        if not calls and not malformed:
+            conv.stop = ANSWERED
+            return None
+        if conv.tool_rounds >= self.spec.max_tool_calls:
+            conv.stop = MAX_TOOL_CALLS
+            return None
+        future = self.runner.submit(calls, malformed)
+        future.started = time.monotonic()
+        return future
+
+    def after_tools(self, conv: Conversation, future: Future) -> bool:
+        """Append a finished round's answers; True when the model goes on with another turn."""
+        results: List[CallResult] = future.result()
+        conv.tool_seconds += time.monotonic() - getattr(future, "started", time.monotonic())
+        conv.tool_calls += sum(r.ran for r in results)
+        conv.tool_errors += sum(r.status in (ERROR, SKIPPED) for r in results)
+        conv.tool_timeouts += sum(r.status == TIMEOUT for r in results)
+        answers = [truncate(r.text, self.spec.max_tool_response_length, self.spec.truncate_side) for r in results]
+        ids = self.block.ids(answers)
+        if len(conv.tokens) + len(ids) >= self.spec.max_total_response_length:
+            conv.stop = LENGTH  # no room for the answers and a turn after them
+            return False
+        conv.add_tool_answer(ids)
+        return True
+
+    def close(self) -> None:
+        self.runner.close()
