@@ -29,6 +29,8 @@ class MultiTurnSpec:
     truncate_side: str             # which part of a long answer is kept: left (start), right (end), middle
     parser: str                    # tool-call format of the model's turns
     call_timeout: float            # seconds one tool call may take; past it the call is answered as timed out
+    tokenizer_path: str = ""       # the tokenizer the workers decode turns and render tool answers with
+    trust_remote_code: bool = False
 
     def describe(self) -> str:
         cut = (f"tool answers cut to {self.max_tool_response_length} characters ({self.truncate_side})"
@@ -62,13 +64,19 @@ def load_tool_names(path: str) -> Tuple[str, ...]:
     return tuple(tool.name for tool in initialize_tools_from_config(path))
 
 
-def multi_turn_spec(rl_config, generate_config, max_prompt_length: int):
+def multi_turn_spec(rl_config, generate_config, max_prompt_length: int, tokenizer_path: str = "",
+                    trust_remote_code: bool = False):
     """The spec, or None when multi_turn_enable is false; ValueError naming the key on a bad setting."""
     enabled = rl_config.multi_turn_enable
     if not isinstance(enabled, bool):
         raise ValueError(f"rl_config.multi_turn_enable={enabled!r} must be true or false")
     if not enabled:
         return None
+    if rl_config.guarantee_order:
+        raise ValueError("rl_config.guarantee_order must be false with multi_turn_enable (conversations are served "
+                         "from the rollout queue)")
+    if rl_config.partial_rollout_max_split != 1:
+        raise ValueError("rl_config.partial_rollout_max_split > 1 with multi_turn_enable is not implemented yet")
     path = rl_config.tool_config_path
     if not path:
         raise ValueError("rl_config.multi_turn_enable needs rl_config.tool_config_path (a tool YAML: tools: a list "
@@ -103,4 +111,5 @@ def multi_turn_spec(rl_config, generate_config, max_prompt_length: int):
         raise ValueError(f"rl_config.tool_config_path: {err}") from None
     if not names:
         raise ValueError(f"rl_config.tool_config_path={path}: the file declares no tools")
-    return MultiTurnSpec(tool_config_path=path, tool_names=names, **spec)
+    return MultiTurnSpec(tool_config_path=path, tool_names=names, tokenizer_path=str(tokenizer_path),
+                         trust_remote_code=bool(trust_remote_code), **spec)

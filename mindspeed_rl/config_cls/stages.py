@@ -25,6 +25,9 @@ ROLLOUT_LOG_PROBS = "rollout_log_probs"
 # rollout correction (driver): each token's importance weight and whether it stays in the loss
 IS_WEIGHTS = "rollout_is_weights"
 RESPONSE_MASK = "response_mask"
+# multi-turn: 1 on the tokens the model made (they train), 0 on tool answers; the tool rounds of each row
+LOSS_MASK = "loss_mask"
+TOOL_CALLS = "tool_call_num"
 # the filter metric (DAPO) is an extra output of the reward stage when dynamic sampling is on
 FILTER_METRIC = "metric_for_dapo"
 
@@ -124,11 +127,12 @@ class Stage:
 ROLLOUT = Stage("actor_rollout", "dp", "actor", "generate_sequences", ("prompts",),
                 ("responses", "response_length"), cost_columns=("prompt_length",),
                 dispatch_key="actor_rollout_dispatch_size", phase="rollout",
-                extra_outputs=((ROLLOUT_LOG_PROBS, "rollout_log_probs"),), queue_method="serve_sequences",
+                extra_outputs=((ROLLOUT_LOG_PROBS, "rollout_log_probs"), (LOSS_MASK, "multi_turn"),
+                               (TOOL_CALLS, "multi_turn")), queue_method="serve_sequences",
                 extra_inputs=((ROLLOUT_BUDGET, "partial_rollout"),))
 REWARD = Stage("rule_reward", "driver", "driver", "compute_rewards",
                ("responses", "labels", "prompt_length", "response_length"), ("rm_scores",), phase="rollout",
-               extra_outputs=((FILTER_METRIC, "dynamic_sampling"),))
+               extra_outputs=((FILTER_METRIC, "dynamic_sampling"),), extra_inputs=((TOOL_CALLS, "multi_turn"),))
 # GRPO/DAPO and every estimator without a critic: per-token advantages from the scores (before the filter,
 # which keeps them with their rows)
 GROUP_ADV = Stage("compute_advantage", "driver", "driver", "compute_advantage", ("rm_scores", "response_length"),
@@ -160,11 +164,12 @@ CRITIC_TRAIN = Stage("critic_train", "dp", "critic", "update", SEQ_COLUMNS + ("v
 # rollout correction: importance weights and rejection between the trainer's old log-probs and the engine's
 ROLLOUT_CORR = Stage("rollout_correction", "driver", "driver", "compute_rollout_correction",
                      ("old_log_prob", ROLLOUT_LOG_PROBS, "response_length"), (IS_WEIGHTS, RESPONSE_MASK),
-                     when=_rollout_correction)
+                     when=_rollout_correction, extra_inputs=((LOSS_MASK, "multi_turn"),))
 TRAIN = Stage("actor_train", "dp", "actor", "update", SEQ_COLUMNS + ("advantages",), (),
               micro_batch_key="micro_batch_size", dispatch_key="actor_update_dispatch_size", balanceable=True,
               share="mini",
-              optional_inputs=("old_log_prob", "ref_log_prob", ROLLOUT_LOG_PROBS, IS_WEIGHTS, RESPONSE_MASK))
+              optional_inputs=("old_log_prob", "ref_log_prob", ROLLOUT_LOG_PROBS, IS_WEIGHTS, RESPONSE_MASK,
+                               LOSS_MASK))
 
 # in the order an iteration runs them
 STAGES: Tuple[Stage, ...] = (ROLLOUT, REWARD, GROUP_ADV, FILTER, REF, OLD, ROLLOUT_CORR, VALUES, KL_REWARD,

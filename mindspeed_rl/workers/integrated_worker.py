@@ -6,12 +6,13 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from mindspeed_rl.config_cls.stages import (IS_WEIGHTS, OLD, REF, RESPONSE_MASK, ROLLOUT, ROLLOUT_BUDGET,
-                                           ROLLOUT_LOG_PROBS, TRAIN)
+from mindspeed_rl.config_cls.stages import (IS_WEIGHTS, LOSS_MASK, OLD, REF, RESPONSE_MASK, ROLLOUT,
+                                           ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS, TOOL_CALLS, TRAIN)
 from mindspeed_rl.algorithms.policy_loss import actor_loss
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.rollout import make_backend
 from mindspeed_rl.models.rollout.drift import rollout_drift
+from mindspeed_rl.agent.metrics import turn_metrics
 from mindspeed_rl.utils.checkpoint import DCP_DIR, RNG_DIR
 from mindspeed_rl.utils.error_cause import named_failure
 from mindspeed_rl.workers.engine_worker import EngineWorker, sequence_lengths as _lengths
@@ -45,6 +46,10 @@ class IntegratedWorker(EngineWorker):
         self.rollout = make_backend(self.run_plan.worker.rollout, self.actor, model_path, self.device, self.rank,
                                     self.world_size, seed=self.run_plan.seed,
                                     trust_remote_code=engine.trust_remote_code)
+        if self.run_plan.multi_turn is not None:  # conversations with tools, beside the engine
+            from mindspeed_rl.agent.build import build_agent
+            self.rollout.agent = build_agent(self.run_plan.multi_turn, self.run_plan.worker.sampling.max_tokens,
+                                             model_path)
         return self.rank
 
     # ------------------------------------------------------------ stages
@@ -91,6 +96,10 @@ class IntegratedWorker(EngineWorker):
             out[ROLLOUT_LOG_PROBS] = served.log_probs
         lengths = [p + r.numel() for p, r in zip(served.prompt_lengths, served.responses)]
         metrics = self._timing(ROLLOUT.name, start, lengths, load=False)
+        if served.masks is not None:  # multi-turn: tool tokens leave the loss; each row's tool rounds
+            out[LOSS_MASK] = served.masks
+            out[TOOL_CALLS] = [torch.tensor([s["tool_rounds"]], dtype=torch.int32) for s in served.turn_stats]
+            metrics.update(turn_metrics(served))
         metrics["timing/rollout_weight_sync"] = synced - start
         trace = {"rows": served.rows, "busy": served.busy, "latency": served.latency,
                  "trace": served.trace_array()}
@@ -135,6 +144,7 @@ class IntegratedWorker(EngineWorker):
         own_old = not self.run_plan.computes_old_log_prob
         # the loss divides by the mini-batch's tokens or sequences (loss_agg_mode), over all DP ranks
         kept = ([int(m.sum()) for m in batch[RESPONSE_MASK]] if RESPONSE_MASK in batch  # rejected tokens are out
+                else [int(m.sum()) for m in batch[LOSS_MASK]] if LOSS_MASK in batch  # tool tokens are out
                 else [r.numel() for r in batch["responses"]])
         bypass = self.run_plan.features.bypass
 
@@ -145,6 +155,8 @@ class IntegratedWorker(EngineWorker):
             advantages = batch.padded("advantages", idx)
             if RESPONSE_MASK in batch:
                 mask = mask * batch.padded(RESPONSE_MASK, idx).to(mask)
+            if LOSS_MASK in batch:
+                mask = mask * batch.padded(LOSS_MASK, idx).to(mask)
             if bypass:  # rollout correction's bypass mode: the engine's log-probs are the old ones
                 old = batch.padded(ROLLOUT_LOG_PROBS, idx).to(lp)
             else:

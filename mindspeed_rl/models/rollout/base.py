@@ -1,11 +1,10 @@
 """The interface both rollout backends keep, and the factory the worker calls."""
 import time
-from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
-import numpy as np
 from torch import Tensor
 
+from mindspeed_rl.models.rollout.results import RolloutResult, Served  # noqa: F401  (the backends' names)
 from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT
 
 # partial rollout: the rollout input column of each row's new-token budget for this pass
@@ -20,32 +19,10 @@ def row_state(response: Tensor, budget: Optional[int], eos_id: Optional[int]) ->
     return COMPLETE if ended else CUT
 
 
-@dataclass
-class RolloutResult:
-    responses: List[Tensor]                    # new tokens per prompt (up to and including EOS), CPU TOKEN_DTYPE
-    log_probs: Optional[List[Tensor]] = None   # the engine's log-prob of each sampled token (vLLM), CPU float
-
-
-@dataclass
-class Served:
-    """What one consumer of the rollout queue made: its rows (in the order they finished), their responses
-    (and rollout log-probs), each row's latency in the engine, the engine's trace records
-    ``(steps, live, prefill, seconds)`` (utils/rollout_cost.py) and its busy seconds."""
-    rows: List[int] = field(default_factory=list)
-    prompt_lengths: List[int] = field(default_factory=list)
-    responses: List[Tensor] = field(default_factory=list)
-    log_probs: Optional[List[Tensor]] = None
-    latency: List[float] = field(default_factory=list)
-    trace: List[tuple] = field(default_factory=list)
-    busy: float = 0.0
-
-    def trace_array(self) -> np.ndarray:
-        return np.asarray(self.trace, dtype=np.float64).reshape(-1, 4)
-
-
 class RolloutBackend:
     """Samples responses from the actor's current policy."""
     name = "base"
+    agent = None  # multi-turn: the worker's AgentLoop (agent/agent_loop.py); serve then runs conversations
 
     def generate(self, prompts: List[Tensor], sampling, seeds: List[int], eos_id: Optional[int],
                  pad_id: Optional[int], budgets: Optional[List[int]] = None) -> RolloutResult:

@@ -1,4 +1,7 @@
 """Rollout with transformers ``generate`` on the actor engine itself (always in step with its weights)."""
+import time
+
+from mindspeed_rl.models.rollout.agent_serve import serve_blocking
 from mindspeed_rl.models.rollout.base import RolloutBackend, RolloutResult
 
 
@@ -23,3 +26,9 @@ class HFRollout(RolloutBackend):
             responses = [r[:b] for r, b in zip(responses, budgets)]
             log_probs = [lp[:b] for lp, b in zip(log_probs, budgets)] if log_probs is not None else None
         return RolloutResult(responses, log_probs)
+
+    def serve(self, source, sampling, seed_of, eos_id, pad_id, chunk, clock=time.perf_counter):
+        if self.agent is not None:  # multi-turn: each take's conversations turn by turn
+            return serve_blocking(self, self.agent, source, sampling, seed_of, eos_id, pad_id, chunk, clock,
+                                  with_log_probs=self.log_probs)
+        return super().serve(source, sampling, seed_of, eos_id, pad_id, chunk, clock)

@@ -164,6 +164,9 @@ class VLLMRollout(RolloutBackend):
         is read between later steps, so the engine never waits on the queue while it has work. ``chunk`` is not
         used: the queue caps a take."""
         self.prepare()
+        if self.agent is not None:  # multi-turn: every turn a request, tools beside the engine
+            from mindspeed_rl.models.rollout.vllm_agent import serve_conversations
+            return serve_conversations(self, self.agent, source, sampling, seed_of, eos_id, clock)
         engine, cap = self.llm.llm_engine, self.settings.max_num_seqs
         out = Served(log_probs=[] if self.settings.returns_log_probs else None)
         # request id -> [row, position, admitted at (s), admitted at (step), prompt tokens, token budget]

@@ -7,7 +7,7 @@ from typing import Dict
 
 import torch
 
-from mindspeed_rl.config_cls.stages import IS_WEIGHTS, RESPONSE_MASK, ROLLOUT_LOG_PROBS
+from mindspeed_rl.config_cls.stages import IS_WEIGHTS, LOSS_MASK, RESPONSE_MASK, ROLLOUT_LOG_PROBS
 from mindspeed_rl.models.loss.rollout_correction import correct
 from mindspeed_rl.algorithms.masked import pad_rows
 from mindspeed_rl.data.columnar import ColumnBatch, unpadded_rows
@@ -27,6 +27,9 @@ def compute_rollout_correction(td, stage, spec) -> Dict[str, float]:
         raise ValueError(f"rollout correction: row {bad} has {batch['old_log_prob'][bad].numel()} old log-probs, "
                          f"{batch[ROLLOUT_LOG_PROBS][bad].numel()} rollout log-probs and response_length "
                          f"{int(lengths[bad])}")
+    if LOSS_MASK in batch:  # multi-turn: tool answers have no engine log-prob; only the model's tokens count
+        model, _ = pad_rows([t.double().reshape(-1) for t in batch[LOSS_MASK]])
+        mask = mask & model.bool()
     weights, keep, metrics = correct(old, rollout, mask, spec)
     td.put_experience(ColumnBatch(flat={IS_WEIGHTS: unpadded_rows(weights, lengths),
                                         RESPONSE_MASK: unpadded_rows(keep, lengths)}), rows)

@@ -2,7 +2,6 @@
 parallel calls, failures as answers), how answers are cut and rendered, which tokens the loss sees."""
 import asyncio
 import json
-import re
 from types import SimpleNamespace
 
 import pytest
@@ -12,35 +11,7 @@ from mindspeed_rl.agent.conversation import ANSWERED, LENGTH, MAX_TOOL_CALLS, Co
 from mindspeed_rl.agent.tool_block import ToolBlock, chatml_block
 from mindspeed_rl.agent.tool_runner import ERROR, OK, SKIPPED, TIMEOUT, ToolRunner, answer_text
 from mindspeed_rl.models.tiny_text_tokenizer import build_text_tokenizer
-
-TOK = build_text_tokenizer()
-
-
-class Tool:
-    """A tool in the base class's async shape; ``fn(arguments)`` makes its answer."""
-
-    def __init__(self, fn):
-        self.fn, self.created, self.released = fn, 0, 0
-
-    async def acreate(self, instance_id=None, **kwargs):
-        self.created += 1
-        return "id"
-
-    async def aexecute(self, instance_id, parameters, **kwargs):
-        out = self.fn(parameters)
-        return (await out) if asyncio.iscoroutine(out) else out
-
-    async def arelease(self, instance_id, **kwargs):
-        self.released += 1
-
-
-class Parser:
-    """``CALL name {json}`` lines are calls; ``CALL!`` a malformed one."""
-
-    def parse_text(self, text):
-        calls = [SimpleNamespace(name=m.group(1), arguments=m.group(2))
-                 for m in re.finditer(r"CALL (\w+) (\{[^}]*\})", text)]
-        return calls, ["the call is not JSON"] * text.count("CALL!")
+from tests.ut.agent.fakes import TOK, Parser, Tool
 
 
 def _spec(**kw):

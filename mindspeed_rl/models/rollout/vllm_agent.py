@@ -1,0 +1,87 @@
+"""Multi-turn rollout on vLLM's continuous batching: every model turn is a request; a turn that makes tool calls
+leaves the engine while its round runs beside it (agent/tool_runner.py), and the conversation's next turn joins
+the running engine between steps once the answers are in. The engine keeps stepping the other rows and keeps
+taking rows from the queue meanwhile, so it waits only when every row it holds is waiting on a tool."""
+import time
+from concurrent.futures import FIRST_COMPLETED, wait
+from typing import Dict, List, Tuple
+
+from mindspeed_rl.agent.conversation import Conversation
+from mindspeed_rl.models.rollout.agent_serve import finish, turn_seed
+from mindspeed_rl.models.rollout.results import Served
+from mindspeed_rl.utils.rollout_queue import RUNNING
+
+
+def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock=time.perf_counter) -> Served:
+    engine, cap = backend.llm.llm_engine, backend.settings.max_num_seqs
+    out = Served(log_probs=[] if backend.settings.returns_log_probs else None, masks=[], turn_stats=[])
+    live: Dict[str, list] = {}      # request id -> [conversation, turn budget]
+    waiting: Dict[int, tuple] = {}  # row -> (conversation, the future of its tool round)
+    meta: Dict[int, list] = {}      # row -> [position, prompt length, admitted at (s), admitted at (step), turns]
+    finished: List[Tuple[int, int, int]] = []
+    prefill, steps, begin = 0, 0, clock()
+
+    def progress():
+        report = [(meta[c.row][0], len(c.tokens), RUNNING) for c, _ in live.values()]
+        report += [(meta[row][0], len(c.tokens), RUNNING) for row, (c, _) in waiting.items()] + finished
+        finished.clear()
+        return report
+
+    def submit(conv: Conversation) -> int:
+        turn = meta[conv.row][4]
+        budget = agent.turn_budget(conv)
+        rid = f"row{conv.row}t{turn}"
+        prompt = conv.next_prompt()
+        engine.add_request(rid, {"prompt_token_ids": prompt.tolist()},
+                           backend._params(sampling, turn_seed(seed_of(conv.row), turn), eos_id, budget))
+        live[rid] = [conv, budget]
+        meta[conv.row][4] += 1
+        return prompt.numel()
+
+    def done(conv: Conversation) -> None:
+        position, prompt_length, admitted = meta.pop(conv.row)[:3]
+        finish(out, conv, position, prompt_length, clock() - admitted, finished)
+
+    while True:
+        if len(live) < cap:  # a conversation waiting on its tool holds no slot
+            source.request(cap - len(live), progress)
+        got = source.poll(block=not live and not waiting)
+        if got:
+            now = clock()
+            for row, position, prompt in zip(got.ids, got.positions, got.inputs["prompts"]):
+                conv = Conversation(row, prompt.reshape(-1).tolist())
+                meta[row] = [position, len(conv.prompt), now, steps, 0]
+                prefill += submit(conv)
+        for row in [r for r, (_, f) in waiting.items() if f.done()]:  # answers in: the next turn joins
+            conv, future = waiting.pop(row)
+            if agent.after_tools(conv, future):
+                prefill += submit(conv)
+            else:
+                done(conv)
+        if not live:
+            if waiting:  # every row this engine holds waits on a tool
+                start = clock()
+                wait([f for _, f in waiting.values()], timeout=1.0, return_when=FIRST_COMPLETED)
+                out.tool_wait += clock() - start
+                continue
+            if source.drained:
+                break
+            continue
+        count, start = len(live), clock()
+        outputs = [o for o in engine.step() if o.finished]
+        end = clock()
+        steps += 1
+        out.trace.append((1, count, prefill, end - start))
+        prefill = 0
+        for output in outputs:
+            conv, budget = live.pop(output.request_id)
+            response, log_probs = backend._response(output)
+            ids = response.tolist()
+            ended = output.outputs[0].finish_reason == "stop" or len(ids) < int(budget)
+            future = agent.after_turn(conv, ids, log_probs.tolist() if log_probs is not None else None, ended)
+            if future is None:
+                done(conv)
+            else:
+                waiting[conv.row] = (conv, future)
+    out.busy = clock() - begin
+    return out

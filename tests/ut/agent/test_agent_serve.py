@@ -1,0 +1,242 @@
+"""Multi-turn rollout over the queue on both serve paths: transformers generate (turn by turn over a take, the
+engine waits for each round) and vLLM's continuous batching (a conversation leaves the engine while its tools run,
+the engine keeps stepping the others, the next turn joins between steps)."""
+import asyncio
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from mindspeed_rl.agent.agent_loop import AgentLoop
+from mindspeed_rl.agent.conversation import ANSWERED, LENGTH, MAX_TOOL_CALLS
+from mindspeed_rl.agent.metrics import turn_metrics
+from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
+from mindspeed_rl.models.rollout.agent_serve import serve_blocking, turn_seed
+from mindspeed_rl.models.rollout.results import RolloutResult
+from mindspeed_rl.models.rollout.vllm_agent import serve_conversations
+from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
+from mindspeed_rl.utils.rollout_queue import COMPLETE, LocalSource, RolloutQueue
+from tests.ut.agent.fakes import TOK, Parser, Tool
+
+EOS = TOK.convert_tokens_to_ids("<|im_end|>")
+STEP = 1_000_003
+# each row's model turns (the stand-in engines read row and turn from the request)
+SCRIPT = {
+    0: ['CALL add {"a": 1, "b": 2}<|im_end|>', "3<|im_end|>"],
+    1: ["4<|im_end|>"],
+    2: ["CALL slow {}<|im_end|>", "ok<|im_end|>"],
+    3: ['CALL add {"a": 5, "b": 5}<|im_end|>', 'CALL add {"a": 1, "b": 1}<|im_end|>', "CALL add {}<|im_end|>"],
+    4: ["x" * 80],  # no EOS: runs into its budget
+    5: ["CALL nope {}<|im_end|>", "sorry<|im_end|>"],
+}
+
+
+def _turn_tokens(row, turn):
+    return TOK.encode(SCRIPT[row][turn], add_special_tokens=False)
+
+
+def seed_of(row):
+    return 1000 + row
+
+
+def _row_turn(seed):
+    return seed % STEP - 1000, seed // STEP
+
+
+class Clock:
+    """The engine's step count: the slow tool answers only once the engine stepped on without it."""
+    steps = 0
+
+
+def _tools():
+    async def slow(_):
+        start = Clock.steps
+        for _ in range(2000):  # 10 s: the stand-in engine steps in microseconds
+            if Clock.steps >= start + 5:
+                return f"after {Clock.steps - start} steps"
+            await asyncio.sleep(0.005)
+        return "the engine never stepped"
+
+    return {"add": Tool(lambda a: str(a.get("a", 0) + a.get("b", 0))), "slow": Tool(slow)}
+
+
+def _agent(**kw):
+    spec = dict(max_tool_calls=2, max_parallel_calls=2, max_total_response_length=400, max_tool_response_length=0,
+                truncate_side="middle", call_timeout=120.0)
+    spec.update(kw)
+    return AgentLoop(SimpleNamespace(**spec), _tools(), TOK, Parser(), max_tokens=60)
+
+
+def _source(queue, rows):
+    prompts = [torch.tensor(TOK.encode(f"Question {r}:", add_special_tokens=False)) for r in rows]
+    return LocalSource(queue, 0, list(rows), {"prompts": prompts})
+
+
+def _check(served, agent):
+    by_row = {row: i for i, row in enumerate(served.rows)}
+    assert sorted(by_row) == sorted(SCRIPT)
+    text = {row: TOK.decode(served.responses[i].tolist()) for row, i in by_row.items()}
+    mask = {row: served.masks[i].tolist() for row, i in by_row.items()}
+    stats = {row: served.turn_stats[i] for row, i in by_row.items()}
+    assert text[1] == "4<|im_end|>" and stats[1]["stop"] == ANSWERED and mask[1] == [1] * len(_turn_tokens(1, 0))
+    assert text[0] == SCRIPT[0][0] + TOK.decode(agent.block.ids(["3"])) + SCRIPT[0][1]
+    first, answer = len(_turn_tokens(0, 0)), len(agent.block.ids(["3"]))
+    assert mask[0] == [1] * first + [0] * answer + [1] * len(_turn_tokens(0, 1))
+    assert stats[0]["stop"] == ANSWERED and stats[0]["tool_calls"] == 1 and stats[0]["turns"] == 2
+    assert "<|im_start|>tool\n10<|im_end|>" in text[3] and "<|im_start|>tool\n2<|im_end|>" in text[3]
+    assert stats[3]["stop"] == MAX_TOOL_CALLS and stats[3]["tool_rounds"] == 2 and stats[3]["turns"] == 3
+    assert stats[4]["stop"] == LENGTH and len(served.responses[by_row[4]]) == 60  # a turn's max_tokens, no EOS
+    assert "there is no tool named 'nope'" in text[5] and stats[5]["tool_errors"] == 1
+    assert stats[5]["tool_calls"] == 0
+    for row, i in by_row.items():
+        assert served.responses[i].numel() == served.masks[i].numel()
+    return text, stats
+
+
+class ScriptedGenerate:
+    """transformers generate as the blocking loop calls it: a batch of prompts, one response each."""
+    agent = None
+    log_probs = True
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, sampling, seeds, eos_id, pad_id, budgets=None):
+        self.calls.append([_row_turn(s) for s in seeds])
+        out = [torch.tensor(_turn_tokens(*_row_turn(s))[:b], dtype=torch.int32) for s, b in zip(seeds, budgets)]
+        return RolloutResult(out, [torch.full((r.numel(),), -0.5) for r in out])
+
+
+def test_transformers_path_runs_each_take_turn_by_turn_and_waits_for_the_tools():
+    agent, backend, queue = _agent(), ScriptedGenerate(), RolloutQueue()
+    rows = sorted(SCRIPT)
+    queue.load(0, len(rows), 1, chunk=3)
+    agent.runner.tools["slow"] = Tool(lambda a: "at once")  # nothing steps while this loop waits on a tool
+    try:
+        served = serve_blocking(backend, agent, _source(queue, rows), None, seed_of, EOS, None, chunk=3,
+                                with_log_probs=True)
+    finally:
+        agent.close()
+    text, stats = _check(served, agent)
+    # take 1 (rows 0-2): turn 0 of all three, then turn 1 of the two that called a tool
+    assert backend.calls[:2] == [[(0, 0), (1, 0), (2, 0)], [(0, 1), (2, 1)]]
+    assert served.tool_wait > 0
+    i = served.rows.index(0)
+    lp, mask = served.log_probs[i], served.masks[i]
+    assert torch.equal(lp[mask.bool()], torch.full((int(mask.sum()),), -0.5))
+    assert torch.count_nonzero(lp[~mask.bool()]) == 0  # tool tokens: no engine log-prob
+
+
+class TurnEngine:
+    """vLLM's LLMEngine as the continuous loop uses it; one token per live request per step."""
+
+    def __init__(self):
+        self.live, self.admitted = {}, []
+
+    def add_request(self, rid, prompt, params):
+        seed, budget = params
+        row, turn = _row_turn(seed)
+        assert rid == f"row{row}t{turn}"
+        self.admitted.append((row, turn, Clock.steps))
+        self.live[rid] = [_turn_tokens(row, turn)[:budget], 0]
+
+    def step(self):
+        Clock.steps += 1
+        done = []
+        for rid, entry in list(self.live.items()):
+            entry[1] += 1
+            if entry[1] == len(entry[0]):
+                del self.live[rid]
+                ids = entry[0]
+                out = SimpleNamespace(token_ids=list(ids), finish_reason="stop" if ids[-1] == EOS else "length",
+                                      logprobs=[{t: SimpleNamespace(logprob=-0.25)} for t in ids])
+                done.append(SimpleNamespace(request_id=rid, finished=True, outputs=[out]))
+        return done
+
+
+def _vllm(cap):
+    rollout = VLLMRollout.__new__(VLLMRollout)
+    rollout.settings = RolloutSpec("vllm", "test", max_num_seqs=cap, logprobs=0)
+    rollout.stale = False
+    rollout.llm = SimpleNamespace(llm_engine=TurnEngine())
+    rollout._params = lambda sampling, seed, eos_id, budget=None: (seed, budget)
+    return rollout
+
+
+def test_vllm_path_keeps_stepping_while_a_conversation_waits_on_its_tool():
+    agent, backend, queue = _agent(), _vllm(cap=3), RolloutQueue()
+    rows = sorted(SCRIPT)
+    queue.load(0, len(rows), 1, cap=3)
+    Clock.steps = 0
+    try:
+        served = serve_conversations(backend, agent, _source(queue, rows), None, seed_of, EOS)
+    finally:
+        agent.close()
+    text, stats = _check(served, agent)
+    # the slow tool answered only after the engine stepped five times without row 2: other rows kept running
+    assert "after " in text[2] and "the engine never stepped" not in text[2]
+    assert stats[2]["tool_calls"] == 1 and stats[2]["stop"] == ANSWERED
+    admitted = backend.llm.llm_engine.admitted
+    # while row 2 waited on its tool, rows beyond the first take joined the engine
+    row2_call_done = [s for r, t, s in admitted if (r, t) == (2, 1)][0]
+    assert any(t == 0 and r >= 3 for r, t, s in admitted if s < row2_call_done)
+    i = served.rows.index(3)
+    lp, mask = served.log_probs[i], served.masks[i]
+    assert torch.equal(lp[mask.bool()], torch.full((int(mask.sum()),), -0.25))
+    assert torch.count_nonzero(lp[~mask.bool()]) == 0
+    metrics = turn_metrics(served)
+    assert metrics["multi_turn/tool_calls_per_row"] == pytest.approx(
+        sum(s["tool_calls"] for s in stats.values()) / len(SCRIPT))
+    assert metrics["multi_turn/ended_max_tool_calls"] == pytest.approx(1 / len(SCRIPT))
+    assert metrics["multi_turn/tool_errors"] == 1.0
+    assert 0 < metrics["multi_turn/tool_token_fraction"] < 1
+
+
+def test_the_queue_hears_each_conversations_final_length():
+    agent, backend, queue = _agent(), _vllm(cap=2), RolloutQueue()
+    rows = sorted(SCRIPT)
+    queue.load(0, len(rows), 1, cap=2)
+    seen = []
+    source = _source(queue, rows)
+    request = source.request
+
+    def spy(want, progress=None):
+        def kept():
+            report = progress()
+            seen.extend(report)
+            return report
+        return request(want, kept if progress else None)
+
+    source.request = spy
+    try:
+        served = serve_conversations(backend, agent, source, None, seed_of, EOS)
+    finally:
+        agent.close()
+    final = {p: n for p, n, state in seen if state == COMPLETE}
+    for position, row in enumerate(rows):
+        if position in final:  # reported with a later take: the whole response, tool tokens included
+            assert final[position] == served.responses[served.rows.index(row)].numel()
+    assert final, "no finished conversation was reported to the queue"
+
+
+def test_turn_seeds_differ_per_turn_and_keep_turn_zero():
+    assert turn_seed(1234, 0) == 1234
+    assert len({turn_seed(1234, t) for t in range(5)}) == 5
+    assert json.dumps(turn_seed(2 ** 63 - 1, 3)).isdigit()
+
+
+def test_a_conversation_waiting_on_its_tool_frees_its_engine_slot():
+    # one slot; row 2 comes first and waits on a tool that answers only after five more engine steps: the engine
+    # must take other rows into the freed slot meanwhile (counting the waiting row as live, it would idle)
+    agent, backend, queue = _agent(), _vllm(cap=1), RolloutQueue()
+    rows = [2, 1, 0, 3, 4, 5]
+    queue.load(0, len(rows), 1, cap=1)
+    Clock.steps = 0
+    try:
+        served = serve_conversations(backend, agent, _source(queue, rows), None, seed_of, EOS)
+    finally:
+        agent.close()
+    text = TOK.decode(served.responses[served.rows.index(2)].tolist())
+    assert "after " in text and "the engine never stepped" not in text
+    assert sorted(served.rows) == sorted(rows)
