@@ -268,12 +268,17 @@ def _last_boxed_exact(text: str) -> Optional[str]:
 
 
 def retool_reward(response: str, label: str) -> Score:
-    """1 when the last boxed answer in the last 100 characters is exactly the label, else -1.
-    (Upstream's tool-call bonus needs multi-turn rollouts, which this project does not run.)"""
+    """1 when the last boxed answer in the last 100 characters is exactly the label, else -1 (with multi-turn
+    rollouts the reward stage adds upstream's tool-call bonus: ``retool_tool_bonus``)."""
     answer = _last_boxed_exact(response[-100:])
     if answer is None:
         return -1.0, "no_answer"
     return (1.0, "match") if answer == label else (-1.0, "no_match")
+
+
+def retool_tool_bonus(score: float, tool_calls: int) -> float:
+    """Upstream's retool_reward for a wrong answer: 0.1 more per tool round, at most 0; a right one keeps 1."""
+    return min(0.0, score + 0.1 * int(tool_calls)) if score < 0 else score
 
 
 # ---------------------------------------------------------------- format verifiers

@@ -4,6 +4,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
+from mindspeed_rl.models.math_verifier import retool_tool_bonus
 from mindspeed_rl.models.tiny_model import MAX_TOY_LENGTH
 from mindspeed_rl.models.verifier_pool import VerifierPool, resolve
 
@@ -115,13 +116,21 @@ class VerifierReward:
         self.pool = VerifierPool(parallel, timeout, warm=sorted(set(self.paths.values()))) if self.paths else None
         self.last_metrics: Dict[str, float] = {}
 
+    takes_tool_calls = True  # the reward stage passes multi-turn rows' tool rounds (tool_call_nums)
+
     def _text(self, ids: torch.Tensor, stop_at_eos: bool) -> str:
         toks = _before_eos(ids, self.eos_id) if stop_at_eos else _tokens(ids)
         return self.tokenizer.decode(toks, skip_special_tokens=True)
 
-    def __call__(self, responses: List[torch.Tensor], labels: List[torch.Tensor]) -> torch.Tensor:
+    def __call__(self, responses: List[torch.Tensor], labels: List[torch.Tensor],
+                 tool_call_nums: Optional[List[int]] = None) -> torch.Tensor:
+        """``tool_call_nums``: multi-turn rows (their turns end at EOS, so the whole response is read: every turn
+        and tool answer, as upstream decodes it) and their tool rounds (retool_reward's bonus)."""
         if len(responses) != len(labels):
             raise ValueError(f"got {len(responses)} responses but {len(labels)} labels")
+        multi_turn = tool_call_nums is not None
+        if multi_turn and len(tool_call_nums) != len(responses):
+            raise ValueError(f"got {len(tool_call_nums)} tool_call_nums for {len(responses)} responses")
         total = torch.zeros(len(responses), dtype=torch.float32)
         metrics = {}
         texts = None
@@ -132,7 +141,8 @@ class VerifierReward:
                 scores = [VERIFIERS[name](r, l, self.eos_id) for r, l in zip(responses, labels)]
             else:
                 if texts is None:
-                    texts = ([self._text(r, True) for r in responses], [self._text(l, False) for l in labels])
+                    texts = ([self._text(r, not multi_turn) for r in responses],
+                             [self._text(l, False) for l in labels])
                 scores, outcomes = self.pool.score(self.paths[name], *texts)
                 outcomes = dict(outcomes)
                 # stable keys for the console: timeouts and errors are always there
@@ -143,6 +153,8 @@ class VerifierReward:
                                             "timeouts": int(metrics[f"reward/{name}/timeouts"]),
                                             "first_error": self.pool.first_error}
                 metrics.update({f"reward/{name}/{k}": float(v) for k, v in outcomes.items()})
+            if multi_turn and name == "retool_reward":
+                scores = [retool_tool_bonus(x, n) for x, n in zip(scores, tool_call_nums)]
             scores = torch.tensor(scores, dtype=torch.float32)
             metrics[f"reward/{name}/mean"] = float(scores.mean()) if len(scores) else 0.0
             self.last_scores[name] = scores

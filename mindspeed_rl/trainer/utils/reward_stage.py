@@ -6,6 +6,7 @@ from typing import Dict, Sequence, Tuple
 import numpy as np
 import torch
 
+from mindspeed_rl.config_cls.stages import TOOL_CALLS
 from mindspeed_rl.data.driver_dock import put_columns
 
 
@@ -27,14 +28,17 @@ def verifier_scores(reward_list: Sequence, name: str) -> torch.Tensor:
                      f"under that name")
 
 
-def score_rows(reward_list: Sequence, responses, labels) -> Tuple[torch.Tensor, Dict[str, float]]:
+def score_rows(reward_list: Sequence, responses, labels, tool_calls=None) -> Tuple[torch.Tensor, Dict[str, float]]:
     """Scores of every row: each reward function's scores times its ``weight``
-    (attribute, default 1), summed; plus the functions' own metrics."""
+    (attribute, default 1), summed; plus the functions' own metrics. ``tool_calls``: multi-turn rows' tool
+    rounds, given to the functions that take ``tool_call_nums`` (upstream's keyword)."""
     if not reward_list:
         raise ValueError("no reward function: give at least one (rl_config.verifier_function)")
     total, metrics = None, {}
     for reward_fn in reward_list:
-        scores = torch.as_tensor(reward_fn(responses, labels)).float().reshape(-1)
+        extra = {"tool_call_nums": tool_calls} if tool_calls is not None and getattr(
+            reward_fn, "takes_tool_calls", False) else {}
+        scores = torch.as_tensor(reward_fn(responses, labels, **extra)).float().reshape(-1)
         if scores.numel() != len(responses):
             raise ValueError(f"reward {type(reward_fn).__name__} gave {scores.numel()} scores for "
                              f"{len(responses)} responses")
@@ -62,7 +66,8 @@ def compute_rewards(td, stage, reward_list: Sequence, overlong=None, filter_metr
     and with dynamic sampling the ``filter_metric`` verifier's own scores)."""
     rows = list(range(stage.rows_per_share))
     batch = td.get_rows(list(stage.inputs), rows)
-    scores, metrics = score_rows(reward_list, batch["responses"], batch["labels"])
+    calls = [int(x) for x in batch[TOOL_CALLS]] if TOOL_CALLS in batch else None
+    scores, metrics = score_rows(reward_list, batch["responses"], batch["labels"], calls)
     if overlong is not None:
         lengths = torch.tensor([int(x) for x in batch["response_length"]])
         penalty = overlong_penalty(lengths, overlong.buffer, overlong.penalty_factor, overlong.max_tokens)
