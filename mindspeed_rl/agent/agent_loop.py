@@ -56,7 +56,8 @@ class AgentLoop:
         if conv.tool_rounds >= self.spec.max_tool_calls:
             conv.stop = MAX_TOOL_CALLS
             return None
-        future = self.runner.submit(calls, malformed)
+        kwargs = {"ground_truth": conv.ground_truth} if conv.ground_truth is not None else {}
+        future = self.runner.submit(calls, malformed, kwargs)
         future.started = time.monotonic()
         return future
 
@@ -74,6 +75,12 @@ class AgentLoop:
             return False
         conv.add_tool_answer(ids)
         return True
+
+    def start(self, row: int, prompt, label=None) -> Conversation:
+        """A row's conversation; ``label``: its label ids (the tools' ground_truth), if the round has labels."""
+        truth = self.tokenizer.decode(label.reshape(-1).tolist(), skip_special_tokens=True) if label is not None \
+            else None
+        return Conversation(row, prompt.reshape(-1).tolist(), ground_truth=truth)
 
     def close(self) -> None:
         self.runner.close()

@@ -28,6 +28,7 @@ class Conversation:
     tool_timeouts: int = 0    # calls past their deadline
     tool_seconds: float = 0.0  # wall time of its rounds
     stop: Optional[str] = None  # why it ended (None: it goes on)
+    ground_truth: Optional[str] = None  # the row's label, given to its tools when they start (create)
 
     @property
     def done(self) -> bool:

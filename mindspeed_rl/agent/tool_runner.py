@@ -50,7 +50,7 @@ class ToolRunner:
                ) -> "Future[List[CallResult]]":
         """Run a round: ``calls`` (parsed calls with ``name`` and JSON ``arguments``), the first
         ``max_parallel`` at once, the rest answered as skipped; ``malformed``: a line per call that could not be
-        parsed, answered with it."""
+        parsed, answered with it; ``create_kwargs``: what each tool's ``create`` is given (the row's ground_truth)."""
         return asyncio.run_coroutine_threadsafe(self._round(list(calls), list(malformed), create_kwargs or {}),
                                                 self.loop)
 
@@ -76,7 +76,7 @@ class ToolRunner:
             return CallResult(f"error: the arguments of {name} must be a JSON object", ERROR, 0.0)
         instance = None
         try:
-            instance = await asyncio.wait_for(tool.acreate(None, **create_kwargs.get(name, {})), self.timeout)
+            instance = await asyncio.wait_for(tool.acreate(None, **create_kwargs), self.timeout)
             left = max(0.0, self.timeout - (time.monotonic() - start))
             result = await asyncio.wait_for(tool.aexecute(instance, arguments), left)
             return CallResult(answer_text(result), OK, time.monotonic() - start, ran=True)

@@ -129,7 +129,8 @@ ROLLOUT = Stage("actor_rollout", "dp", "actor", "generate_sequences", ("prompts"
                 dispatch_key="actor_rollout_dispatch_size", phase="rollout",
                 extra_outputs=((ROLLOUT_LOG_PROBS, "rollout_log_probs"), (LOSS_MASK, "multi_turn"),
                                (TOOL_CALLS, "multi_turn")), queue_method="serve_sequences",
-                extra_inputs=((ROLLOUT_BUDGET, "partial_rollout"),))
+                # multi-turn: each row's label is its tools' ground_truth (verl's and upstream's create keyword)
+                extra_inputs=((ROLLOUT_BUDGET, "partial_rollout"), ("labels", "multi_turn")))
 REWARD = Stage("rule_reward", "driver", "driver", "compute_rewards",
                ("responses", "labels", "prompt_length", "response_length"), ("rm_scores",), phase="rollout",
                extra_outputs=((FILTER_METRIC, "dynamic_sampling"),), extra_inputs=((TOOL_CALLS, "multi_turn"),))

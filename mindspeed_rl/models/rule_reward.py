@@ -5,7 +5,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from mindspeed_rl.models.math_verifier import retool_tool_bonus
-from mindspeed_rl.models.tiny_model import MAX_TOY_LENGTH
+from mindspeed_rl.models.tiny_model import MAX_TOY_LENGTH, TOOL_CALL_ID, TOOL_CLOSE_ID
 from mindspeed_rl.models.verifier_pool import VerifierPool, resolve
 
 
@@ -38,10 +38,21 @@ def copy_match(response: torch.Tensor, label: torch.Tensor, eos_id: int) -> floa
     return sum(int(a == b) for a, b in zip(got, want)) / len(want)
 
 
+def tool_match(response: torch.Tensor, label: torch.Tensor, eos_id: int) -> float:
+    """The toy tool task: 1 when the answer (the first token after the last tool answer, else the first token)
+    is the label's digit; else 0.1 when the row called the tool (upstream retool_reward's nudge), else 0."""
+    ids = _tokens(response)
+    after = max((i + 1 for i, t in enumerate(ids) if t == TOOL_CLOSE_ID), default=0)
+    if after < len(ids) and ids[after] == _tokens(label)[0]:
+        return 1.0
+    return 0.1 if TOOL_CALL_ID in ids else 0.0
+
+
 # token verifiers (toy tasks): (response ids, label ids, eos id) -> score, run inline
 VERIFIERS: Dict[str, Callable[[torch.Tensor, torch.Tensor, int], float]] = {
     "length_match": length_match,
     "copy_match": copy_match,
+    "tool_match": tool_match,
 }
 # text verifiers: decoded response and label, run in worker processes under verifier_timeout.
 # The names are upstream MindSpeed-RL's (models/rule_verifier.py); see math_verifier.py for what each scores.

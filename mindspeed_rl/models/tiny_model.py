@@ -9,12 +9,18 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Digits, Sequence, WhitespaceSplit
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
 
+# the toy tool task's pieces of text, one token each: a whole hermes call of the 'secret' tool, and the two halves
+# of the ChatML tool turn around its answer (agent/tool_block.chatml_block), so a tool round is three tokens
+TOY_TOOL_CALL = '<tool_call>\n{"name": "secret", "arguments": {}}\n</tool_call>'
+TOY_TOOL_OPEN = "<|im_start|>user\n<tool_response>\n"
+TOY_TOOL_CLOSE = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
 # token id == index in this list
 TOY_TOKENS: List[str] = (
     [str(d) for d in range(10)]
     + ["+", "=", "<bos>", "<eos>", "<pad>", "<sep>"]
     + [f"<L{i}>" for i in range(1, 9)]
-    + [f"<unused{i}>" for i in range(24, 32)]
+    + [TOY_TOOL_CALL, TOY_TOOL_OPEN, TOY_TOOL_CLOSE]
+    + [f"<unused{i}>" for i in range(27, 32)]
 )
 BOS_ID = 12
 EOS_ID = 13
@@ -22,6 +28,7 @@ PAD_ID = 14
 SEP_ID = 15
 LEN_TOKEN_BASE = 16  # id of <L1>
 MAX_TOY_LENGTH = 8
+TOOL_CALL_ID, TOOL_OPEN_ID, TOOL_CLOSE_ID = 24, 25, 26
 
 
 def length_token(length: int) -> int:

@@ -48,7 +48,8 @@ def serve_blocking(backend, agent, source, sampling, seed_of, eos_id, pad_id, ch
         if not got:
             break
         start = clock()
-        convs = [Conversation(row, prompt.reshape(-1).tolist()) for row, prompt in zip(got.ids, got.inputs["prompts"])]
+        labels = got.inputs.get("labels") or [None] * len(got.ids)
+        convs = [agent.start(row, prompt, label) for row, prompt, label in zip(got.ids, got.inputs["prompts"], labels)]
         where = {c.row: (p, len(c.prompt)) for c, p in zip(convs, got.positions)}
         active, turn = convs, 0
         while active:

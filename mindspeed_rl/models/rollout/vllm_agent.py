@@ -48,8 +48,9 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
         got = source.poll(block=not live and not waiting)
         if got:
             now = clock()
-            for row, position, prompt in zip(got.ids, got.positions, got.inputs["prompts"]):
-                conv = Conversation(row, prompt.reshape(-1).tolist())
+            labels = got.inputs.get("labels") or [None] * len(got.ids)
+            for row, position, prompt, label in zip(got.ids, got.positions, got.inputs["prompts"], labels):
+                conv = agent.start(row, prompt, label)
                 meta[row] = [position, len(conv.prompt), now, steps, 0]
                 prefill += submit(conv)
         for row in [r for r, (_, f) in waiting.items() if f.done()]:  # answers in: the next turn joins

@@ -12,10 +12,11 @@ class Tool:
     """A tool in the base class's async shape; ``fn(arguments)`` makes its answer."""
 
     def __init__(self, fn):
-        self.fn, self.created, self.released = fn, 0, 0
+        self.fn, self.created, self.released, self.kwargs = fn, 0, 0, []
 
     async def acreate(self, instance_id=None, **kwargs):
         self.created += 1
+        self.kwargs.append(kwargs)
         return "id"
 
     async def aexecute(self, instance_id, parameters, **kwargs):

@@ -70,7 +70,8 @@ def _agent(**kw):
 
 def _source(queue, rows):
     prompts = [torch.tensor(TOK.encode(f"Question {r}:", add_special_tokens=False)) for r in rows]
-    return LocalSource(queue, 0, list(rows), {"prompts": prompts})
+    labels = [torch.tensor(TOK.encode(f"truth {r}", add_special_tokens=False)) for r in rows]
+    return LocalSource(queue, 0, list(rows), {"prompts": prompts, "labels": labels})
 
 
 def _check(served, agent):
@@ -119,6 +120,8 @@ def test_transformers_path_runs_each_take_turn_by_turn_and_waits_for_the_tools()
     finally:
         agent.close()
     text, stats = _check(served, agent)
+    # each row's tools start with its label as ground_truth (verl's and upstream's create keyword)
+    assert sorted(k["ground_truth"] for k in agent.runner.tools["add"].kwargs) == ["truth 0", "truth 3", "truth 3"]
     # take 1 (rows 0-2): turn 0 of all three, then turn 1 of the two that called a tool
     assert backend.calls[:2] == [[(0, 0), (1, 0), (2, 0)], [(0, 1), (2, 1)]]
     assert served.tool_wait > 0

@@ -7,7 +7,7 @@ from mindspeed_rl.models.tiny_model import BOS_ID, SEP_ID
 
 
 def test_tasks():
-    assert TASKS == ("length", "copy")
+    assert TASKS == ("length", "copy", "tool")
 
 
 def test_length_prompts():
@@ -40,7 +40,15 @@ def test_deterministic_per_seed(task):
     a, b, c = (make_prompts(task, 20, seed=s) for s in (7, 7, 8))
     assert all(torch.equal(x, y) for x, y in zip(a["prompts"], b["prompts"]))
     assert all(torch.equal(x, y) for x, y in zip(a["labels"], b["labels"]))
-    assert any(not torch.equal(x, y) for x, y in zip(a["prompts"], c["prompts"]))
+    # the tool task's prompts are all alike: only its labels (what the tool tells) differ by seed
+    assert any(not torch.equal(x, y) for x, y in zip(a["prompts"] + a["labels"], c["prompts"] + c["labels"]))
+
+
+def test_tool_prompts_tell_nothing_and_labels_cover_the_digits():
+    data = make_prompts("tool", 300, seed=2)
+    assert all(p.tolist() == [BOS_ID, SEP_ID] and p.dtype == TOKEN_DTYPE for p in data["prompts"])
+    assert {int(label[0]) for label in data["labels"]} == set(range(10))
+    assert all(label.shape == (1,) and label.dtype == TOKEN_DTYPE for label in data["labels"])
 
 
 def test_labels_do_not_alias_prompts():

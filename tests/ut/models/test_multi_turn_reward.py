@@ -60,3 +60,16 @@ def test_the_reward_stage_gives_tool_rounds_only_to_functions_that_take_them():
     seen.clear()
     score_rows([Takes()], [_ids("a")], [_ids("a")])
     assert seen == {"takes": None}
+
+
+def test_the_toy_tool_task_rewards_the_answer_after_the_tool_and_nudges_a_call():
+    from mindspeed_rl.models.rule_reward import tool_match
+    from mindspeed_rl.models.tiny_model import EOS_ID, TOOL_CALL_ID, TOOL_CLOSE_ID, TOOL_OPEN_ID
+    label = torch.tensor([7])
+    called = [TOOL_CALL_ID, EOS_ID, TOOL_OPEN_ID, 7, TOOL_CLOSE_ID]
+    assert tool_match(torch.tensor(called + [7, EOS_ID]), label, EOS_ID) == 1.0
+    assert tool_match(torch.tensor(called + [3, EOS_ID]), label, EOS_ID) == 0.1  # called, answered wrong
+    assert tool_match(torch.tensor(called), label, EOS_ID) == 0.1  # no answer after the tool
+    assert tool_match(torch.tensor([7, EOS_ID]), label, EOS_ID) == 1.0  # a lucky guess without the tool
+    assert tool_match(torch.tensor([3, EOS_ID]), label, EOS_ID) == 0.0
+    assert tool_match(torch.tensor([], dtype=torch.long), label, EOS_ID) == 0.0

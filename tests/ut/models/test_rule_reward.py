@@ -20,9 +20,9 @@ def t(*xs):
 
 
 def test_registry_names():
-    assert set(VERIFIERS) == {"length_match", "copy_match"}
+    assert set(VERIFIERS) == {"length_match", "copy_match", "tool_match"}
     assert set(TEXT_VERIFIERS) == UPSTREAM_05A90D7 | {"math_acc"}
-    assert verifier_names() == sorted(UPSTREAM_05A90D7 | {"math_acc", "length_match", "copy_match"})
+    assert verifier_names() == sorted(UPSTREAM_05A90D7 | {"math_acc", "length_match", "copy_match", "tool_match"})
     for name in UPSTREAM_05A90D7:  # each resolves to a function of its own module
         VerifierReward([name], [1.0], eos_id=EOS, tokenizer=build_toy_tokenizer()).close()
 
