@@ -269,7 +269,7 @@ class _Job:
               "--remount-ro", "/", "--chdir", SCRATCH, "--clearenv"]
         for key, value in ENV.items():
             a += ["--setenv", key, value]
-        a += [sys.executable, "-I", "-u", "-c", _BOOT, f"{MARKER}-{os.path.basename(self.scratch)}",
+        a += [sys.executable, "-I", "-u", "-c", _BOOT, os.path.basename(self.scratch),
               str(self.status_w), str(uid), str(lim.cpu_seconds), str(lim.memory_mb * 2**20),
               str(lim.max_processes), str(lim.file_bytes)]
         return a
@@ -365,6 +365,9 @@ async def run_python_async(code: str, limits: SandboxLimits = SandboxLimits(), s
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             transport.close()
+            proc_transport = getattr(proc, "_transport", None)  # pipes still held open: close them here
+            if proc_transport is not None:
+                proc_transport.close()
         state, exit_code = _ending(timed_out, bytes(status.data).decode("ascii", "replace"), proc.returncode)
     return SandboxResult(stdout=out.text(), stderr=err.text(), exit_code=exit_code, status=state,
                          output_truncated=out.total > out.keep or err.total > err.keep,

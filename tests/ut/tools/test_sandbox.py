@@ -207,10 +207,10 @@ def test_process_limit_bites(box):
         else:
             print("forked", kids)
         """, max_processes=16, wall_seconds=60)
+    assert _left_over() == []  # the sleeping children went with the sandbox
     assert r.status == "ok", r.stderr
     word, _, count = r.stdout.strip().rpartition(" ")
     assert word == "refused after" and 10 <= int(count) <= 14, r.stdout
-    assert _left_over() == []  # the sleeping children went with the sandbox
 
 
 def test_fork_bomb_is_contained_and_nothing_remains(box):
@@ -232,8 +232,8 @@ def test_orphans_die_with_the_sandbox(box):
             os._exit(0)
         print("parent done")
         """)
-    assert (r.status, r.stdout) == ("ok", "parent done\n")
-    assert _left_over() == []
+    left = _left_over()
+    assert (r.status, r.stdout, left) == ("ok", "parent done\n", [])
 
 
 def test_memory_bomb_is_refused(box):
@@ -261,8 +261,8 @@ def test_sleep_forever_ends_at_the_wall_limit_with_its_children(box):
             time.sleep(600)
         time.sleep(600)
         """, wall_seconds=1.0)
-    assert (r.status, r.exit_code, r.stdout) == ("timeout", None, "started\n")
-    assert _left_over() == []
+    left = _left_over()
+    assert (r.status, r.exit_code, r.stdout, left) == ("timeout", None, "started\n", [])
 
 
 def test_megabytes_of_output_are_cut_with_a_marker(box):
