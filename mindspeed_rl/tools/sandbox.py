@@ -156,7 +156,7 @@ def _probe_failure(bwrap: str, output: str) -> str:
     said = lines[-1] if lines else "no output"
     if any(w in said.lower() for w in ("namespace", "uid map", "setting up uid", "operation not permitted")):
         return f"sandbox: {bwrap} cannot create its namespaces here ({said}); {USERNS_HINT}"
-    return f"sandbox: the test run of {bwrap} failed ({said}); {INSTALL_HINT}"
+    return f"sandbox: the test run of {bwrap} failed ({said}); see docs/features/multi_turn.md (sandbox)"
 
 
 def _interpreter_dirs() -> List[str]:
