@@ -7,7 +7,8 @@ if command -v bwrap >/dev/null 2>&1; then
 fi
 NEED="the code sandbox needs it; see docs/features/multi_turn.md"
 if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install: bubblewrap (bwrap) is missing and there is no apt-get: install bubblewrap with the system's package manager ($NEED)"
+    echo "install: bubblewrap (bwrap) is missing and there is no apt-get:" \
+        "install bubblewrap with the system's package manager ($NEED)"
     exit 0
 fi
 if [ "$(id -u)" = 0 ]; then
@@ -24,5 +25,6 @@ if out=$("${RUN[@]}" apt-get install -y -q bubblewrap 2>&1) \
         || out=$("${RUN[@]}" apt-get update -q 2>&1 && "${RUN[@]}" apt-get install -y -q bubblewrap 2>&1); then
     exit 0
 fi
-echo "install: apt-get could not install bubblewrap ($(printf '%s\n' "$out" | tail -n 1)): run \`apt-get install bubblewrap\` yourself ($NEED)"
+echo "install: apt-get could not install bubblewrap ($(printf '%s\n' "$out" | tail -n 1)):" \
+    "run \`apt-get install bubblewrap\` yourself ($NEED)"
 exit 0

@@ -16,7 +16,9 @@ SAYS_INSTALL = "install: installing bubblewrap (bwrap) for the code sandbox: apt
 APT = r"""#!/usr/bin/env bash
 echo "$* DEBIAN_FRONTEND=${DEBIAN_FRONTEND:-}" >> "$TMPDIR/apt.log"
 [ "$1" = update ] && { rm -f "$TMPDIR/stale"; exit 0; }
-[ -e "$TMPDIR/broken" ] && { echo "Reading package lists..."; echo "E: Could not get lock /var/lib/dpkg/lock-frontend"; exit 100; }
+if [ -e "$TMPDIR/broken" ]; then
+    echo "Reading package lists..."; echo "E: Could not get lock /var/lib/dpkg/lock-frontend"; exit 100
+fi
 [ -e "$TMPDIR/stale" ] && { echo "E: Unable to locate package bubblewrap"; exit 100; }
 exit 0
 """
@@ -91,8 +93,9 @@ def test_install_sh_runs_it_last(tmp_path, fake):
     stub.write_text('#!/usr/bin/env bash\necho "python $*" >> "$TMPDIR/apt.log"\n')
     stub.chmod(0o755)
     os.symlink(shutil.which("dirname"), fake.bin / "dirname")
-    done = subprocess.run([shutil.which("bash"), os.path.join(ROOT, "scripts", "install.sh")], capture_output=True, text=True,
-                          timeout=60, env={"PATH": str(fake.bin), "TMPDIR": str(tmp_path), "PYTHON": str(stub)})
+    done = subprocess.run([shutil.which("bash"), os.path.join(ROOT, "scripts", "install.sh")], capture_output=True,
+                          text=True, timeout=60,
+                          env={"PATH": str(fake.bin), "TMPDIR": str(tmp_path), "PYTHON": str(stub)})
     log = (tmp_path / "apt.log").read_text().splitlines()
     assert (done.returncode, done.stdout) == (0, SAYS_INSTALL)
     assert log[-1] == "install -y -q bubblewrap DEBIAN_FRONTEND=noninteractive"

@@ -378,7 +378,8 @@ def test_a_missing_sandbox_fails_the_tests_unless_allowed(tmp_path):
     node = "tests/ut/tools/test_sandbox.py::test_prints_reads_stdin_and_exit_codes"
     outcomes = []
     for allow in ("0", "1"):
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node], cwd=ROOT,
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                               "no:hypothesispytest", "--noconftest", node], cwd=ROOT,
                               capture_output=True, text=True, timeout=300,
                               env={**os.environ, "PATH": str(tmp_path), ALLOW: allow, "PYTHONPATH": _pythonpath()})
         outcomes.append((done.returncode, done.stdout.strip().splitlines()[-1].split(" in ")[0]))
