@@ -227,9 +227,8 @@ class _Job:
         self.status_w = None
 
     def __exit__(self, *exc):
-        for name in ("code_file",):
-            if getattr(self, name, None) is not None:
-                getattr(self, name).close()
+        if getattr(self, "code_file", None) is not None:
+            self.code_file.close()
         for name in ("status_r", "status_w"):
             if getattr(self, name, None) is not None:
                 try:
@@ -257,13 +256,13 @@ class _Job:
         size = ["--size", str(lim.file_bytes)] if self.sized else []
         a += ["--proc", "/proc", "--dev", "/dev",
               "--perms", "1777", *size, "--tmpfs", "/tmp", "--perms", "1777", *size, "--tmpfs", "/dev/shm"]
-        made = {"/", "/tmp", "/proc", "/dev"}
-        for d in _interpreter_dirs() + [CODE]:
+        made, prefixes = {"/", "/tmp", "/proc", "/dev"}, _interpreter_dirs()
+        for d in prefixes + [CODE]:
             for up in _ancestors(d):  # privileged bwrap would make them 0700, closed to the dropped uid
                 if up not in made:
                     made.add(up)
                     a += ["--perms", "0755", "--dir", up]
-        for d in _interpreter_dirs():
+        for d in prefixes:
             a += ["--ro-bind", d, d]
         a += ["--bind", self.scratch, SCRATCH, "--perms", "0444", "--ro-bind-data", str(self.pass_fds[0]), CODE,
               "--remount-ro", "/", "--chdir", SCRATCH, "--clearenv"]
