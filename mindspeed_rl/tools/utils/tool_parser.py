@@ -8,7 +8,6 @@ import re
 from abc import ABC, abstractmethod
 from typing import Callable, Dict, List, Tuple
 
-from mindspeed_rl.algorithms.registry import did_you_mean
 from mindspeed_rl.tools.schemas import OpenAIFunctionParsedSchema
 
 logger = logging.getLogger(__name__)
@@ -30,6 +29,7 @@ class ToolParser(ABC):
     @classmethod
     def get_tool_parser(cls, name: str, tokenizer) -> "ToolParser":
         if name not in cls._registry:
+            from mindspeed_rl.algorithms.registry import did_you_mean  # only here: it imports torch
             known = sorted(cls._registry)
             raise ValueError(f"unknown tool parser {name!r}{did_you_mean(name, known)}; "
                              f"known: {', '.join(known)}")
