@@ -5,7 +5,8 @@ with it, on that SandboxFusion server (upstream's request). Upstream refuses a t
 means "run locally". Config keys (upstream's, plus the local sandbox's ``max_processes`` / ``output_bytes``):
 
     sandbox_fusion_url        None   server URL ending in /run_code; None or "": the local sandbox
-    default_timeout           30     seconds a run may take (local: wall and CPU limit; remote: run_timeout);
+    default_timeout           30     seconds a run may take (local: the wall limit, the CPU limit is 1 s
+                                     more; remote: run_timeout);
                                      a call's own ``timeout`` argument may ask for less, never for more
     default_language          python a call's language when it names none (local: python only)
     memory_limit_mb           1024   memory of one run
@@ -69,6 +70,8 @@ class SandboxFusionTool(BaseTool):
         language = parameters.get("language", self.settings["default_language"])
         if self.sandbox_fusion_url is None and language != "python":
             return f"error: only python runs here, not {language!r}"
+        if language not in SUPPORTED_LANGUAGES:
+            return f"error: the sandbox does not run {language!r}"
         return None
 
     async def execute(self, instance_id: str, parameters: Dict[str, Any], **kwargs) -> Tuple[str, float, dict]:
@@ -89,7 +92,9 @@ class SandboxFusionTool(BaseTool):
 
     async def _run_local(self, code: str, timeout: float) -> Tuple[str, dict]:
         s = self.settings
-        limits = sandbox.SandboxLimits(wall_seconds=float(timeout), cpu_seconds=max(1, math.ceil(timeout)),
+        # the CPU limit is a second above the wall limit: a busy loop ends as a timeout, while code that burns
+        # CPU on many threads at once is stopped by the CPU limit
+        limits = sandbox.SandboxLimits(wall_seconds=float(timeout), cpu_seconds=math.ceil(timeout) + 1,
                                        memory_mb=s["memory_limit_mb"], max_processes=s["max_processes"],
                                        output_bytes=s["output_bytes"])
         try:
@@ -102,7 +107,7 @@ class SandboxFusionTool(BaseTool):
             text = f"timeout after {timeout:g} s"
         else:  # killed by a signal: a limit (CPU time, memory) or the code itself
             text = f"killed by signal {-(result.exit_code or 0)} after {result.wall_seconds:.1f} s " \
-                   f"(limits: {math.ceil(timeout)} s CPU, {s['memory_limit_mb']} MB memory)"
+                   f"(limits: {limits.cpu_seconds} s CPU, {limits.memory_mb} MB memory)"
         return text, {"status": result.status, "wall_seconds": result.wall_seconds,
                       "truncated": result.output_truncated}
 

@@ -11,6 +11,7 @@ SUPPORTED_LANGUAGES = (
     "cuda", "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest", "junit", "kotlin_script", "jest",
     "verilog", "python_gpu", "lean", "swift", "racket")
 RETRY_DELAY_S = 1.0  # back-off after a 504: 1 s, 2 s, ...
+HTTP_GRACE_S = 10.0  # a request may take compile_timeout + run_timeout + this
 
 
 async def call_sandbox_api(sandbox_fusion_url: str, code: str, stdin: Optional[str], compile_timeout: float,
@@ -22,7 +23,7 @@ async def call_sandbox_api(sandbox_fusion_url: str, code: str, stdin: Optional[s
     payload = {"compile_timeout": compile_timeout, "run_timeout": run_timeout, "code": code, "stdin": stdin,
                "memory_limit_MB": memory_limit_mb, "language": language, "files": {}, "fetch_files": []}
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    timeout = aiohttp.ClientTimeout(total=compile_timeout + run_timeout + 10)
+    timeout = aiohttp.ClientTimeout(total=compile_timeout + run_timeout + HTTP_GRACE_S)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
             for attempt in range(1, max_retries + 1):
