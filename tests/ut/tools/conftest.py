@@ -43,7 +43,7 @@ def http_stub():
     stub = HttpStub()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(stub))
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     stub.url = f"http://127.0.0.1:{server.server_address[1]}"
     yield stub
