@@ -37,7 +37,7 @@ class LocalCorpus:
                         raise ValueError(f"corpus_path {path} line {number}: not valid JSON ({e.msg})") from None
                     if not isinstance(doc, dict) or not isinstance(doc.get("contents"), str):
                         raise ValueError(f"corpus_path {path} line {number}: needs a string 'contents'")
-                    documents.append({"id": doc.get("id", str(number)), "contents": doc["contents"]})
+                    documents.append({"id": doc.get("id"), "contents": doc["contents"]})
         except OSError as e:
             raise ValueError(f"corpus_path {path}: cannot be read ({e.strerror})") from None
         if not documents:
