@@ -68,9 +68,16 @@ def test_the_first_rate_limit_wins_and_a_different_one_is_logged(gauge, caplog):
 def test_a_limit_works_in_one_event_loop_after_another():
     limit = ConcurrencyLimit(1)
 
-    async def use():
-        async with limit:
-            await asyncio.sleep(0)
+    async def contend():  # two holders, so the second waits on the loop's semaphore
+        async def hold():
+            async with limit:
+                await asyncio.sleep(0.01)
+        await asyncio.gather(hold(), hold())
         return True
 
-    assert asyncio.run(use()) and asyncio.run(use())
+    loops = [asyncio.new_event_loop() for _ in range(2)]  # both alive: no semaphore is dropped in between
+    try:
+        assert [loop.run_until_complete(contend()) for loop in loops] == [True, True]
+    finally:
+        for loop in loops:
+            loop.close()
