@@ -11,7 +11,9 @@ setup(
     python_requires=">=3.9",
     install_requires=requirements,
     extras_require={
-        "test": ["pytest>=9.0.3,<9.3", "hypothesis>=6.155.2,<6.171", "wandb>=0.31.0,<0.32"],
+        "test": ["pytest>=9.0.3,<9.3", "hypothesis>=6.155.2,<6.171", "wandb>=0.31.0,<0.32", "bm25s>=0.3.16,<0.4"],
+        # agent tools: SearchTool's local corpus (corpus_path) is searched with BM25
+        "agent": ["bm25s>=0.3.16,<0.4"],
         # rl_config.use_wandb: true logs the metrics to Weights & Biases
         "wandb": ["wandb>=0.31.0,<0.32"],
         # rollout through vLLM on CPU (x86_64); on GPU/NPU install the vllm / vllm-ascend build that
