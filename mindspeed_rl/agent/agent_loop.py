@@ -12,19 +12,7 @@ from typing import List, Optional
 from mindspeed_rl.agent.conversation import ANSWERED, LENGTH, MAX_TOOL_CALLS, Conversation
 from mindspeed_rl.agent.tool_block import ToolBlock
 from mindspeed_rl.agent.tool_runner import ERROR, SKIPPED, TIMEOUT, CallResult, ToolRunner
-
-
-def truncate(text: str, limit: int, side: str) -> str:
-    """At most ``limit`` characters of a tool answer (0: all), marked where it was cut: 'left' keeps the start,
-    'right' the end, 'middle' both ends."""
-    if not limit or len(text) <= limit:
-        return text
-    if side == "left":
-        return text[:limit] + "...(truncated)"
-    if side == "right":
-        return "(truncated)..." + text[-limit:]
-    half = limit // 2
-    return text[:half] + "...(truncated)..." + text[len(text) - (limit - half):]
+from mindspeed_rl.tools.utils.truncate import truncate_tool_response
 
 
 class AgentLoop:
@@ -43,18 +31,18 @@ class AgentLoop:
         return max(0, min(self.max_tokens, room, budget if budget is not None else room))
 
     def after_turn(self, conv: Conversation, ids, log_probs=None, ended: bool = True) -> Optional[Future]:
-        """Record a model turn (``ended``: it stopped on its own, at EOS); returns the future of its tool round,
-        or None when the conversation ended (``conv.stop`` says why)."""
+        """Record a model turn (``ended``: it stopped on its own, at EOS, not at its token budget); returns the
+        future of its tool round, or None when the conversation ended (``conv.stop`` says why). A turn cut at its
+        budget is still read for calls, as upstream's and verl's loops do."""
         conv.add_turn(ids, log_probs)
-        if len(conv.tokens) >= self.spec.max_total_response_length or not ended:
-            conv.stop = LENGTH
-            return None
         calls, malformed = self.parser.parse_text(self.tokenizer.decode(list(ids), skip_special_tokens=False))
-        if not calls and not malformed:
-            conv.stop = ANSWERED
-            return None
-        if conv.tool_rounds >= self.spec.max_tool_calls:
+        if len(conv.tokens) >= self.spec.max_total_response_length:
+            conv.stop = LENGTH
+        elif not calls and not malformed:
+            conv.stop = ANSWERED if ended else LENGTH
+        elif conv.tool_rounds >= self.spec.max_tool_calls:
             conv.stop = MAX_TOOL_CALLS
+        if conv.stop is not None:
             return None
         kwargs = {"ground_truth": conv.ground_truth} if conv.ground_truth is not None else {}
         future = self.runner.submit(calls, malformed, kwargs)
@@ -68,7 +56,8 @@ class AgentLoop:
         conv.tool_calls += sum(r.ran for r in results)
         conv.tool_errors += sum(r.status in (ERROR, SKIPPED) for r in results)
         conv.tool_timeouts += sum(r.status == TIMEOUT for r in results)
-        answers = [truncate(r.text, self.spec.max_tool_response_length, self.spec.truncate_side) for r in results]
+        answers = [truncate_tool_response(r.text, self.spec.max_tool_response_length, self.spec.truncate_side)
+                   for r in results]
         ids = self.block.ids(answers)
         if len(conv.tokens) + len(ids) >= self.spec.max_total_response_length:
             conv.stop = LENGTH  # no room for the answers and a turn after them

@@ -1,23 +1,44 @@
-"""One rank's multi-turn figures of a rollout stage, from what its engine served."""
-from typing import Dict
+"""Multi-turn figures of a rollout stage: each rank counts what its engine served (``turn_counts``), the driver
+adds the ranks up into per-row rates (``turn_metrics``)."""
+from typing import Dict, List
+
+PREFIX = "multi_turn/"
+_SUMS = ("rows", "turns", "tool_calls", "tool_rounds", "rows_with_tool_calls", "tool_errors", "tool_timeouts",
+         "tool_seconds", "engine_tool_wait_seconds", "tokens", "tool_tokens")
 
 
-def turn_metrics(served) -> Dict[str, float]:
+def turn_counts(served) -> Dict[str, float]:
+    """One rank's counts (``multi_turn/count/<name>``), summed over its rows."""
     stats, masks = served.turn_stats or [], served.masks or []
-    rows = max(1, len(stats))
     tokens = sum(int(m.numel()) for m in masks)
-    model = sum(int(m.sum()) for m in masks)
-    out = {
-        "multi_turn/turns_per_row": sum(s["turns"] for s in stats) / rows,
-        "multi_turn/tool_calls_per_row": sum(s["tool_calls"] for s in stats) / rows,
-        "multi_turn/rows_with_tool_calls": sum(s["tool_calls"] > 0 for s in stats) / rows,
-        "multi_turn/tool_errors": float(sum(s["tool_errors"] for s in stats)),
-        "multi_turn/tool_timeouts": float(sum(s["tool_timeouts"] for s in stats)),
-        "multi_turn/tool_seconds": float(sum(s["tool_seconds"] for s in stats)),
-        # the engine had nothing to run while it waited on tools
-        "multi_turn/engine_tool_wait_seconds": float(served.tool_wait),
-        "multi_turn/tool_token_fraction": (tokens - model) / tokens if tokens else 0.0,
-    }
-    for reason in sorted({s["stop"] for s in stats}):
-        out[f"multi_turn/ended_{reason}"] = sum(s["stop"] == reason for s in stats) / rows
+    out = {"rows": len(stats), "turns": sum(s["turns"] for s in stats),
+           "tool_calls": sum(s["tool_calls"] for s in stats), "tool_rounds": sum(s["tool_rounds"] for s in stats),
+           "rows_with_tool_calls": sum(s["tool_calls"] > 0 for s in stats),
+           "tool_errors": sum(s["tool_errors"] for s in stats), "tool_timeouts": sum(s["tool_timeouts"] for s in stats),
+           "tool_seconds": sum(s["tool_seconds"] for s in stats),
+           # the engine had nothing to run while it waited on tools
+           "engine_tool_wait_seconds": served.tool_wait,
+           "tokens": tokens, "tool_tokens": tokens - sum(int(m.sum()) for m in masks)}
+    for s in stats:
+        key = f"ended_{s['stop']}"
+        out[key] = out.get(key, 0) + 1
+    return {f"{PREFIX}count/{k}": float(v) for k, v in out.items()}
+
+
+def turn_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
+    """The round's figures from every rank's counts: per-row rates, fractions, totals (nothing without counts)."""
+    keys = sorted({k for r in results for k in r if k.startswith(f"{PREFIX}count/")})
+    if not keys:
+        return {}
+    total = {k[len(f"{PREFIX}count/"):]: sum(r.get(k, 0.0) for r in results) for k in keys}
+    rows = max(total.get("rows", 0.0), 1.0)
+    out = {f"{PREFIX}turns_per_row": total.get("turns", 0.0) / rows,
+           f"{PREFIX}tool_calls_per_row": total.get("tool_calls", 0.0) / rows,
+           f"{PREFIX}tool_call_rate": total.get("rows_with_tool_calls", 0.0) / rows,
+           f"{PREFIX}tool_errors": total.get("tool_errors", 0.0),
+           f"{PREFIX}tool_timeouts": total.get("tool_timeouts", 0.0),
+           f"{PREFIX}tool_seconds": total.get("tool_seconds", 0.0),
+           f"{PREFIX}engine_tool_wait_seconds": total.get("engine_tool_wait_seconds", 0.0),
+           f"{PREFIX}tool_token_fraction": total.get("tool_tokens", 0.0) / max(total.get("tokens", 0.0), 1.0)}
+    out.update({f"{PREFIX}{k}": v / rows for k, v in total.items() if k.startswith("ended_")})
     return out

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Tuple
 
 from mindspeed_rl.algorithms.registry import did_you_mean
+from mindspeed_rl.tools.utils.truncate import TRUNCATE_SIDES
 
-TRUNCATE_SIDES = ("left", "right", "middle")
 PARSERS = ("hermes",)
 
 

@@ -17,6 +17,7 @@ from mindspeed_rl.trainer import driver_stages, dynamic_sampling, partial_rollou
 from mindspeed_rl.trainer.stage_runner import StageRunner
 from mindspeed_rl.algorithms.kl import AdaptiveKLController, FixedKLController
 from mindspeed_rl.trainer.utils.reward_guard import RejectionGuard, RewardGuard
+from mindspeed_rl.agent.metrics import turn_metrics
 from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.utils.checkpoint import Checkpointer
 from mindspeed_rl.utils.loggers import MetricsLogger
@@ -250,6 +251,7 @@ class StageTableTrainer:
                                 if k.startswith(f"{stage.role}/")})
         metrics.update(rank_timing_metrics(results))
         metrics.update(rank_balance_metrics(results))
+        metrics.update(turn_metrics(results))  # multi-turn rollouts: the ranks' tool counts as per-row rates
         summary = td.round_summary()
         metrics.update(summary["metrics"])
         metrics.update(plan_balance_metrics(summary["balance"]))  # per DP rank, as the balance report

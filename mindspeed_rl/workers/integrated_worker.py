@@ -12,7 +12,7 @@ from mindspeed_rl.algorithms.policy_loss import actor_loss
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.rollout import make_backend
 from mindspeed_rl.models.rollout.drift import rollout_drift
-from mindspeed_rl.agent.metrics import turn_metrics
+from mindspeed_rl.agent.metrics import turn_counts
 from mindspeed_rl.utils.checkpoint import DCP_DIR, RNG_DIR
 from mindspeed_rl.utils.error_cause import named_failure
 from mindspeed_rl.workers.engine_worker import EngineWorker, sequence_lengths as _lengths
@@ -99,7 +99,7 @@ class IntegratedWorker(EngineWorker):
         if served.masks is not None:  # multi-turn: tool tokens leave the loss; each row's tool rounds
             out[LOSS_MASK] = served.masks
             out[TOOL_CALLS] = [torch.tensor([s["tool_rounds"]], dtype=torch.int32) for s in served.turn_stats]
-            metrics.update(turn_metrics(served))
+            metrics.update(turn_counts(served))
         metrics["timing/rollout_weight_sync"] = synced - start
         trace = {"rows": served.rows, "busy": served.busy, "latency": served.latency,
                  "trace": served.trace_array()}

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mindspeed_rl.agent.agent_loop import AgentLoop, truncate
+from mindspeed_rl.agent.agent_loop import AgentLoop
 from mindspeed_rl.agent.conversation import ANSWERED, LENGTH, MAX_TOOL_CALLS, Conversation
 from mindspeed_rl.agent.tool_block import ToolBlock, chatml_block
 from mindspeed_rl.agent.tool_runner import ERROR, OK, SKIPPED, TIMEOUT, ToolRunner, answer_text
@@ -39,15 +39,6 @@ def loops():
 
 
 # ---------------------------------------------------------------- truncation and rendering
-
-def test_long_answers_are_cut_on_the_configured_side():
-    text = "abcdefghij"
-    assert truncate(text, 4, "left") == "abcd...(truncated)"
-    assert truncate(text, 4, "right") == "(truncated)...ghij"
-    assert truncate(text, 4, "middle") == "ab...(truncated)...ij"
-    assert truncate(text, 5, "middle") == "ab...(truncated)...hij"
-    assert truncate(text, 10, "left") == text and truncate(text, 0, "left") == text
-
 
 def test_answers_render_through_the_models_chat_template_or_as_chatml():
     # the tiny tokenizer's template renders every role the same way
@@ -204,7 +195,9 @@ def test_after_max_tool_calls_rounds_the_next_turn_is_final(loops):
 def test_a_full_response_or_a_turn_cut_at_its_budget_ends_the_conversation(loops):
     loop = loops({"t": Tool(lambda a: "x" * 50)}, max_total_response_length=60)
     conv = Conversation(row=0, prompt=[1])
-    assert _turn(loop, conv, "CALL t {}", ended=False) is None and conv.stop == LENGTH  # no EOS: cut
+    assert _turn(loop, conv, "no call", ended=False) is None and conv.stop == LENGTH  # cut at its budget
+    conv = Conversation(row=5, prompt=[1])
+    assert _turn(loop, conv, "CALL t {}", ended=False) is not None  # a cut turn is still read for calls
     conv = Conversation(row=1, prompt=[1])
     future = _turn(loop, conv, "CALL t {}")
     assert not loop.after_tools(conv, future)  # 9 + 76 answer tokens >= 60: no room for the answer

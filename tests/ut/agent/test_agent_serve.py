@@ -10,7 +10,7 @@ import torch
 
 from mindspeed_rl.agent.agent_loop import AgentLoop
 from mindspeed_rl.agent.conversation import ANSWERED, LENGTH, MAX_TOOL_CALLS
-from mindspeed_rl.agent.metrics import turn_metrics
+from mindspeed_rl.agent.metrics import turn_counts, turn_metrics
 from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
 from mindspeed_rl.models.rollout.agent_serve import serve_blocking, turn_seed
 from mindspeed_rl.models.rollout.results import RolloutResult
@@ -188,9 +188,16 @@ def test_vllm_path_keeps_stepping_while_a_conversation_waits_on_its_tool():
     lp, mask = served.log_probs[i], served.masks[i]
     assert torch.equal(lp[mask.bool()], torch.full((int(mask.sum()),), -0.25))
     assert torch.count_nonzero(lp[~mask.bool()]) == 0
-    metrics = turn_metrics(served)
+    counts = turn_counts(served)
+    half = {k: v / 2 for k, v in counts.items()}  # two ranks that served half each add up to the same rates
+    metrics = turn_metrics([half, half])
+    assert metrics == turn_metrics([counts])
     assert metrics["multi_turn/tool_calls_per_row"] == pytest.approx(
         sum(s["tool_calls"] for s in stats.values()) / len(SCRIPT))
+    assert metrics["multi_turn/tool_call_rate"] == pytest.approx(
+        sum(s["tool_calls"] > 0 for s in stats.values()) / len(SCRIPT))
+    assert metrics["multi_turn/turns_per_row"] == pytest.approx(sum(s["turns"] for s in stats.values()) / len(SCRIPT))
+    assert turn_metrics([{"timing/x": 1.0}]) == {}
     assert metrics["multi_turn/ended_max_tool_calls"] == pytest.approx(1 / len(SCRIPT))
     assert metrics["multi_turn/tool_errors"] == 1.0
     assert 0 < metrics["multi_turn/tool_token_fraction"] < 1

@@ -1,0 +1,32 @@
+"""The toy tool task's tool (datasets/toy_tasks.py, task 'tool'): ``secret`` answers with the row's label, given
+to every tool of a conversation as ``ground_truth`` when it starts, so only a model that calls it can know it."""
+from typing import Any, Dict, Optional
+
+from mindspeed_rl.tools.base_tool import BaseTool
+from mindspeed_rl.tools.schemas import OpenAIFunctionToolSchema
+
+
+class SecretTool(BaseTool):
+    parameters = frozenset()
+
+    def __init__(self, config: dict, tool_schema: Optional[OpenAIFunctionToolSchema] = None):
+        super().__init__(config, tool_schema)
+        self._truth: Dict[str, str] = {}
+
+    @classmethod
+    def default_tool_schema(cls) -> OpenAIFunctionToolSchema:
+        return OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
+            "name": "secret", "description": "Tells the secret digit of this conversation."}})
+
+    def create(self, instance_id: Optional[str] = None, ground_truth: Optional[str] = None, **kwargs) -> str:
+        instance_id = super().create(instance_id)
+        self._truth[instance_id] = "" if ground_truth is None else str(ground_truth)
+        return instance_id
+
+    def execute(self, instance_id: str, parameters: Dict[str, Any], **kwargs):
+        if instance_id not in self._truth:
+            return "error: the conversation was not started with its ground truth", 0.0, {}
+        return self._truth[instance_id], 0.0, {}
+
+    def release(self, instance_id: str, **kwargs) -> None:
+        self._truth.pop(instance_id, None)
