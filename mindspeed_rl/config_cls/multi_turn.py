@@ -48,8 +48,7 @@ def _int(rl_config, key: str, low: int) -> int:
     return value
 
 
-def _choice(rl_config, key: str, known: Tuple[str, ...], default: str) -> str:
-    value = getattr(rl_config, key)
+def _choice(key: str, value, known: Tuple[str, ...], default: str) -> str:
     if value is None:
         return default
     if value not in known:
@@ -72,9 +71,6 @@ def multi_turn_spec(rl_config, generate_config, max_prompt_length: int, tokenize
         raise ValueError(f"rl_config.multi_turn_enable={enabled!r} must be true or false")
     if not enabled:
         return None
-    if rl_config.guarantee_order:
-        raise ValueError("rl_config.guarantee_order must be false with multi_turn_enable (conversations are served "
-                         "from the rollout queue)")
     if rl_config.partial_rollout_max_split != 1:
         raise ValueError("rl_config.partial_rollout_max_split > 1 with multi_turn_enable is not implemented yet")
     path = rl_config.tool_config_path
@@ -102,8 +98,9 @@ def multi_turn_spec(rl_config, generate_config, max_prompt_length: int, tokenize
                 max_parallel_calls=_int(rl_config, "max_parallel_calls", 1),
                 max_total_response_length=total,
                 max_tool_response_length=_int(rl_config, "max_tool_response_length", 0),
-                truncate_side=_choice(rl_config, "tool_response_truncate_side", TRUNCATE_SIDES, "middle"),
-                parser=_choice(rl_config, "tool_parser_format", PARSERS, "hermes"),
+                truncate_side=_choice("tool_response_truncate_side", rl_config.tool_response_truncate_side,
+                                      TRUNCATE_SIDES, "middle"),
+                parser=_choice("tool_parser_format", rl_config.tool_parser_format, PARSERS, "hermes"),
                 call_timeout=float(timeout))
     try:
         names = load_tool_names(path)

@@ -12,6 +12,8 @@ from mindspeed_rl.algorithms.policy_loss import actor_loss
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.rollout import make_backend
 from mindspeed_rl.models.rollout.drift import rollout_drift
+from mindspeed_rl.models.rollout.results import Served
+from mindspeed_rl.utils.rollout_queue import LocalSource, RolloutQueue
 from mindspeed_rl.agent.metrics import turn_counts
 from mindspeed_rl.utils.checkpoint import DCP_DIR, RNG_DIR
 from mindspeed_rl.utils.error_cause import named_failure
@@ -67,6 +69,8 @@ class IntegratedWorker(EngineWorker):
         by its first row, vLLM every row by its own seed, so runs repeat and resume exactly."""
         start = time.perf_counter()
         seed_of, sampling = self._seed_of(iteration), self.run_plan.worker.sampling
+        if self.rollout.agent is not None:  # multi-turn: each share's conversations, in the share's row order
+            return self._conversations_of_shares(batches, shares, seed_of, start)
         lengths, out = [], {"responses": [], "response_length": []}
         drift = self.run_plan.worker.rollout.returns_log_probs
         if drift:
@@ -81,6 +85,32 @@ class IntegratedWorker(EngineWorker):
         out["response_length"] = _length_rows(out["responses"])
         return self._timing(ROLLOUT.name, start, lengths), out
 
+    def _conversations_of_shares(self, batches, shares, seed_of, start):
+        """Multi-turn rollout of fixed shares: each share through the serve path over a queue of its own rows
+        (pure bookkeeping in this process), put back in the share's order."""
+        parts = []
+        for batch, share in zip(batches, shares):
+            queue = RolloutQueue()
+            queue.load(("share", int(share[0])), len(share), 1, cap=self.run_plan.worker.rollout.max_num_seqs)
+            source = LocalSource(queue, 0, list(share), {c: batch[c] for c in ("prompts", "labels") if c in batch})
+            parts.append(self.rollout.serve(source, self.run_plan.worker.sampling, seed_of, self.eos_id,
+                                            self.pad_id, len(share)))
+        served = Served.joined(parts).ordered([int(r) for share in shares for r in share])
+        out, lengths = self._served_columns(served)
+        metrics = self._timing(ROLLOUT.name, start, lengths)
+        metrics.update(turn_counts(served))
+        return metrics, out
+
+    def _served_columns(self, served):
+        """(output columns, each row's prompt + response tokens) of what an engine served."""
+        out = {"responses": served.responses, "response_length": _length_rows(served.responses)}
+        if self.run_plan.worker.rollout.returns_log_probs:
+            out[ROLLOUT_LOG_PROBS] = served.log_probs
+        if served.masks is not None:  # multi-turn: tool tokens leave the loss; each row's tool rounds
+            out[LOSS_MASK] = served.masks
+            out[TOOL_CALLS] = [torch.tensor([s["tool_rounds"]], dtype=torch.int32) for s in served.turn_stats]
+        return out, [p + r.numel() for p, r in zip(served.prompt_lengths, served.responses)]
+
     def serve_sequences(self, source, iteration: int = 0, **_):
         """Rollout from the round's queue (``source``: this consumer's end of it) until it is drained.
         Returns (metrics, output columns in the order the rows finished, the consumer's trace: its row ids,
@@ -91,14 +121,9 @@ class IntegratedWorker(EngineWorker):
         stage = self.run_plan.stages[ROLLOUT.name]
         served = self.rollout.serve(source, self.run_plan.worker.sampling, self._seed_of(iteration),
                                     self.eos_id, self.pad_id, stage.rows_per_share)
-        out = {"responses": served.responses, "response_length": _length_rows(served.responses)}
-        if self.run_plan.worker.rollout.returns_log_probs:
-            out[ROLLOUT_LOG_PROBS] = served.log_probs
-        lengths = [p + r.numel() for p, r in zip(served.prompt_lengths, served.responses)]
+        out, lengths = self._served_columns(served)
         metrics = self._timing(ROLLOUT.name, start, lengths, load=False)
-        if served.masks is not None:  # multi-turn: tool tokens leave the loss; each row's tool rounds
-            out[LOSS_MASK] = served.masks
-            out[TOOL_CALLS] = [torch.tensor([s["tool_rounds"]], dtype=torch.int32) for s in served.turn_stats]
+        if served.masks is not None:
             metrics.update(turn_counts(served))
         metrics["timing/rollout_weight_sync"] = synced - start
         trace = {"rows": served.rows, "busy": served.busy, "latency": served.latency,

@@ -32,3 +32,33 @@ class Served:
 
     def trace_array(self) -> np.ndarray:
         return np.asarray(self.trace, dtype=np.float64).reshape(-1, 4)
+
+    @classmethod
+    def joined(cls, parts: List["Served"]) -> "Served":
+        """Several serves' rows one after the other (figures added up)."""
+        out = cls(log_probs=[] if parts and parts[0].log_probs is not None else None,
+                  masks=[] if parts and parts[0].masks is not None else None,
+                  turn_stats=[] if parts and parts[0].turn_stats is not None else None)
+        for part in parts:
+            for name in ("rows", "prompt_lengths", "responses", "latency", "trace", "log_probs", "masks",
+                         "turn_stats"):
+                if getattr(out, name) is not None:
+                    getattr(out, name).extend(getattr(part, name))
+            out.busy += part.busy
+            out.tool_wait += part.tool_wait
+        return out
+
+    def ordered(self, rows: List[int]) -> "Served":
+        """The same rows in the order ``rows`` gives (every served row once)."""
+        where = {row: i for i, row in enumerate(self.rows)}
+        if sorted(where) != sorted(rows):
+            raise ValueError(f"served rows {sorted(where)} are not the rows {sorted(rows)}")
+        idx = [where[r] for r in rows]
+
+        def pick(values):
+            return None if values is None else [values[i] for i in idx]
+
+        return Served(rows=list(rows), prompt_lengths=pick(self.prompt_lengths), responses=pick(self.responses),
+                      log_probs=pick(self.log_probs), latency=pick(self.latency), trace=list(self.trace),
+                      busy=self.busy, masks=pick(self.masks), turn_stats=pick(self.turn_stats),
+                      tool_wait=self.tool_wait)

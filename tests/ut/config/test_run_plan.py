@@ -123,8 +123,9 @@ def test_every_key_does_something_or_is_declared():
     assert inert == []
     # names that are also common attributes (tensor.dtype, engine.optimizer) or module
     # paths in lazy-export tables ("mindspeed_rl.workers.rule_reward") cannot be told apart here
-    # ("stage": StagePlan.stage; "tokenizer_type": the dataset recipe's own key)
-    collide = {"dtype", "optimizer", "rule_reward", "stage", "tokenizer_type"}
+    # ("stage": StagePlan.stage; "tokenizer_type": the dataset recipe's own key; "spec": the agent loop's
+    # MultiTurnSpec; "num_workers": a tool's own config key)
+    collide = {"dtype", "optimizer", "rule_reward", "stage", "tokenizer_type", "spec", "num_workers"}
     # keys declared for the hf rollout backend only are read by the vLLM backend
     by_backend = {k.name for k in unimplemented.KEYS if k.applies is unimplemented._hf}
     # keys declared for group_norm runs only are read by PPO's GAE and critic
