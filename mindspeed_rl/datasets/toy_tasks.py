@@ -8,6 +8,7 @@ from mindspeed_rl.utils.token_ids import TOKEN_DTYPE, token_ids
 
 TASKS = ("length", "copy", "tool")
 COPY_DIGITS = 3
+TOOL_VALUES = 4  # the tool task's labels: 0..3 (a model that does not call the tool guesses one in four)
 
 
 def make_prompts(task: str, num_prompts: int, seed: int) -> Dict[str, List[torch.Tensor]]:
@@ -15,8 +16,8 @@ def make_prompts(task: str, num_prompts: int, seed: int) -> Dict[str, List[torch
 
     length: prompt [BOS, <L>, SEP], label [L] with L uniform in 1..8.
     copy:   prompt [BOS, d1, d2, d3, SEP], label [d1, d2, d3] with digits uniform in 0..9.
-    tool:   prompt [BOS, SEP], label [d] with d uniform in 0..9: only the 'secret' tool (tools/toy_tools.py) tells
-            d, so a model that answers without calling it scores 0.1 on average (verifier tool_match).
+    tool:   prompt [BOS, SEP], label [d] with d uniform in 0..3: only the 'secret' tool (tools/toy_tools.py) tells
+            d, so a model that answers without calling it scores at most 0.25 on average (verifier tool_match).
     """
     if task not in TASKS:
         raise ValueError(f"unknown toy task {task!r}; known tasks: {list(TASKS)}")
@@ -27,7 +28,7 @@ def make_prompts(task: str, num_prompts: int, seed: int) -> Dict[str, List[torch
     for _ in range(num_prompts):
         if task == "tool":
             prompts.append(token_ids([BOS_ID, SEP_ID]))
-            labels.append(token_ids([int(torch.randint(0, 10, (1,), generator=gen))]))
+            labels.append(token_ids([int(torch.randint(0, TOOL_VALUES, (1,), generator=gen))]))
         elif task == "length":
             length = int(torch.randint(1, MAX_TOY_LENGTH + 1, (1,), generator=gen))
             prompts.append(token_ids([BOS_ID, length_token(length), SEP_ID]))
