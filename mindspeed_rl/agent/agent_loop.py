@@ -54,10 +54,11 @@ class AgentLoop:
         results: List[CallResult] = future.result()
         conv.tool_seconds += time.monotonic() - getattr(future, "started", time.monotonic())
         conv.tool_calls += sum(r.ran for r in results)
-        conv.tool_errors += sum(r.status in (ERROR, SKIPPED) for r in results)
+        conv.tool_errors += sum(r.status == ERROR for r in results)
         conv.tool_timeouts += sum(r.status == TIMEOUT for r in results)
+        conv.tool_skipped += sum(r.status == SKIPPED for r in results)
         answers = [truncate_tool_response(r.text, self.spec.max_tool_response_length, self.spec.truncate_side)
-                   for r in results]
+                   for r in results if r.status != SKIPPED]
         ids = self.block.ids(answers)
         if len(conv.tokens) + len(ids) >= self.spec.max_total_response_length:
             conv.stop = LENGTH  # no room for the answers and a turn after them

@@ -24,7 +24,8 @@ class Conversation:
     turns: int = 0            # model turns
     tool_rounds: int = 0      # tool answers appended (a round answers every call of one turn)
     tool_calls: int = 0       # calls run
-    tool_errors: int = 0      # calls that failed, were malformed, named no tool or were skipped
+    tool_errors: int = 0      # calls that failed, were malformed or named no tool (answered with the error)
+    tool_skipped: int = 0     # calls beyond max_parallel_calls in a turn (dropped, as upstream and verl do)
     tool_timeouts: int = 0    # calls past their deadline
     tool_seconds: float = 0.0  # wall time of its rounds
     stop: Optional[str] = None  # why it ended (None: it goes on)
@@ -62,5 +63,5 @@ class Conversation:
 
     def stats(self) -> dict:
         return {"turns": self.turns, "tool_rounds": self.tool_rounds, "tool_calls": self.tool_calls,
-                "tool_errors": self.tool_errors, "tool_timeouts": self.tool_timeouts,
+                "tool_errors": self.tool_errors, "tool_timeouts": self.tool_timeouts, "tool_skipped": self.tool_skipped,
                 "tool_seconds": self.tool_seconds, "stop": self.stop}

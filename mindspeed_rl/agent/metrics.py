@@ -3,8 +3,6 @@ adds the ranks up into per-row rates (``turn_metrics``)."""
 from typing import Dict, List
 
 PREFIX = "multi_turn/"
-_SUMS = ("rows", "turns", "tool_calls", "tool_rounds", "rows_with_tool_calls", "tool_errors", "tool_timeouts",
-         "tool_seconds", "engine_tool_wait_seconds", "tokens", "tool_tokens")
 
 
 def turn_counts(served) -> Dict[str, float]:
@@ -15,6 +13,7 @@ def turn_counts(served) -> Dict[str, float]:
            "tool_calls": sum(s["tool_calls"] for s in stats), "tool_rounds": sum(s["tool_rounds"] for s in stats),
            "rows_with_tool_calls": sum(s["tool_calls"] > 0 for s in stats),
            "tool_errors": sum(s["tool_errors"] for s in stats), "tool_timeouts": sum(s["tool_timeouts"] for s in stats),
+           "tool_skipped": sum(s["tool_skipped"] for s in stats),
            "tool_seconds": sum(s["tool_seconds"] for s in stats),
            # the engine had nothing to run while it waited on tools
            "engine_tool_wait_seconds": served.tool_wait,
@@ -37,6 +36,7 @@ def turn_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
            f"{PREFIX}tool_call_rate": total.get("rows_with_tool_calls", 0.0) / rows,
            f"{PREFIX}tool_errors": total.get("tool_errors", 0.0),
            f"{PREFIX}tool_timeouts": total.get("tool_timeouts", 0.0),
+           f"{PREFIX}tool_calls_skipped": total.get("tool_skipped", 0.0),
            f"{PREFIX}tool_seconds": total.get("tool_seconds", 0.0),
            f"{PREFIX}engine_tool_wait_seconds": total.get("engine_tool_wait_seconds", 0.0),
            f"{PREFIX}tool_token_fraction": total.get("tool_tokens", 0.0) / max(total.get("tokens", 0.0), 1.0)}

@@ -49,7 +49,7 @@ class ToolRunner:
     def submit(self, calls: Sequence, malformed: Sequence[str] = (), create_kwargs: Optional[dict] = None
                ) -> "Future[List[CallResult]]":
         """Run a round: ``calls`` (parsed calls with ``name`` and JSON ``arguments``), the first
-        ``max_parallel`` at once, the rest answered as skipped; ``malformed``: a line per call that could not be
+        ``max_parallel`` at once, the rest marked skipped (not run, not answered: upstream and verl drop them); ``malformed``: a line per call that could not be
         parsed, answered with it; ``create_kwargs``: what each tool's ``create`` is given (the row's ground_truth)."""
         return asyncio.run_coroutine_threadsafe(self._round(list(calls), list(malformed), create_kwargs or {}),
                                                 self.loop)
@@ -57,8 +57,7 @@ class ToolRunner:
     async def _round(self, calls, malformed, create_kwargs) -> List[CallResult]:
         run = calls[:self.max_parallel]
         results = list(await asyncio.gather(*(self._call(c, create_kwargs) for c in run)))
-        results += [CallResult(f"error: skipped: at most {self.max_parallel} tool calls run per turn", SKIPPED, 0.0)
-                    for _ in calls[len(run):]]
+        results += [CallResult("", SKIPPED, 0.0) for _ in calls[len(run):]]
         results += [CallResult(f"error: {line}", ERROR, 0.0) for line in malformed]
         return results
 

@@ -131,7 +131,7 @@ def test_calls_of_a_turn_run_at_once_up_to_max_parallel_the_rest_are_skipped():
     finally:
         runner.close()
     assert [r.text for r in out[:2]] == ["met 0", "met 1"]
-    assert out[2].status == SKIPPED and out[2].text == "error: skipped: at most 2 tool calls run per turn"
+    assert out[2].status == SKIPPED and not out[2].ran and out[2].text == ""
     assert sorted(started) == [0, 1]
 
 
@@ -233,3 +233,13 @@ def test_a_turn_with_log_probs_keeps_them_and_zero_on_tool_tokens(loops):
     assert conv.log_probs[len(ids):] == [0.0] * (len(conv.tokens) - len(ids))
     with pytest.raises(ValueError, match="row 0: a turn of 2 tokens came with 1 log-probs"):
         conv.add_turn([1, 2], [0.1])
+
+
+def test_calls_beyond_max_parallel_are_dropped_unanswered_and_counted(loops):
+    loop = loops({"t": Tool(lambda a: f"r{a['i']}")}, max_parallel_calls=1)
+    conv = Conversation(row=0, prompt=[1])
+    turn = 'CALL t {"i": 1} CALL t {"i": 2}<|im_end|>'
+    assert loop.after_tools(conv, _turn(loop, conv, turn))
+    assert conv.tokens[len(_ids(turn)):] == loop.block.ids(["r1"])  # one answer: the second call was dropped
+    assert (conv.tool_calls, conv.tool_errors, conv.tool_skipped) == (1, 0, 1)
+    assert conv.stats()["tool_skipped"] == 1
