@@ -69,7 +69,7 @@ class IntegratedWorker(EngineWorker):
         by its first row, vLLM every row by its own seed, so runs repeat and resume exactly."""
         start = time.perf_counter()
         seed_of, sampling = self._seed_of(iteration), self.run_plan.worker.sampling
-        if self.rollout.agent is not None:  # multi-turn: each share's conversations, in the share's row order
+        if getattr(self.rollout, "agent", None) is not None:  # multi-turn: each share's conversations, in the share's row order
             return self._conversations_of_shares(batches, shares, seed_of, start)
         lengths, out = [], {"responses": [], "response_length": []}
         drift = self.run_plan.worker.rollout.returns_log_probs

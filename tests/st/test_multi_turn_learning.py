@@ -2,8 +2,7 @@
 label is known only to the 'secret' tool, so a model that never calls it scores at most 0.25 on average, and one
 that calls it but answers at random at most 0.1 + 0.9 * 0.25 = 0.325 (verifier tool_match). The tool-call rate
 climbs from a random model's few percent to nearly every row, and the reward past both caps: the model reads the
-tool's answer. Tool tokens are masked out of the loss (a model trained on them would learn to write the answer
-block itself)."""
+tool's answer (that tool tokens leave the loss is tests/ut/workers/test_integrated_worker_long_tail.py's)."""
 import os
 import sys
 

@@ -8,7 +8,8 @@ import torch
 
 from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
-from mindspeed_rl.config_cls.stages import (IS_WEIGHTS, RESPONSE_MASK, ROLLOUT, ROLLOUT_CORR, ROLLOUT_LOG_PROBS)
+from mindspeed_rl.config_cls.stages import (IS_WEIGHTS, LOSS_MASK, RESPONSE_MASK, ROLLOUT, ROLLOUT_CORR,
+                                           ROLLOUT_LOG_PROBS)
 from mindspeed_rl.models.loss.rollout_correction import RejectRule
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.trainer.utils.correction_stage import compute_rollout_correction
@@ -107,3 +108,22 @@ def test_a_short_row_of_rollout_log_probs_is_named_even_when_not_the_longest():
                          "response_length": torch.tensor([3, 2])}, [0, 1])
     with pytest.raises(ValueError, match="row 1 has 2 old log-probs, 1 rollout log-probs and response_length 2"):
         compute_rollout_correction(dock, plan.stages[ROLLOUT_CORR.name], plan.correction)
+
+
+def test_the_correction_keeps_no_tool_token_and_counts_only_model_tokens():
+    # multi-turn: tool answers have no engine log-prob (0.0 there); they must neither train nor count
+    plan = dataclasses.replace(_plan(), correction=CorrectionSpec("token", 1.5, None, ()))
+    plan.stages[ROLLOUT.name] = dataclasses.replace(plan.stages[ROLLOUT.name], extra_outputs=(LOSS_MASK,))
+    corr = plan.stages[ROLLOUT_CORR.name]
+    corr = dataclasses.replace(corr, inputs=corr.inputs + (LOSS_MASK,))
+    dock = DriverDock(4, N, run_plan=plan)
+    old = [torch.tensor([-0.5, -1.0, -0.2]), torch.tensor([-0.1])]
+    roll = [torch.tensor([-0.5, 0.0, -0.2]), torch.tensor([-0.1])]
+    tools = [torch.tensor([1, 0, 1], dtype=torch.int8), torch.tensor([1], dtype=torch.int8)]
+    dock.put_experience({"prompts": [torch.arange(2)] * 2, "old_log_prob": old, ROLLOUT_LOG_PROBS: roll,
+                         "response_length": torch.tensor([3, 1]), LOSS_MASK: tools}, [0, 1])
+    metrics = compute_rollout_correction(dock, corr, plan.correction)
+    got = dock.get_rows([RESPONSE_MASK], [0, 1])
+    assert got[RESPONSE_MASK][0].tolist() == [True, False, True] and got[RESPONSE_MASK][1].tolist() == [True]
+    # the tool token's ratio exp(-1) would pull the weights' mean below 1; over model tokens it is exactly 1
+    assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(1.0)

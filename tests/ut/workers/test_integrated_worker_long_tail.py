@@ -63,3 +63,19 @@ def test_the_rollout_gives_each_row_its_budget(monkeypatch):
     w.generate_sequences([batch], [[0, 1]])
     w.generate_sequences([{"prompts": [torch.tensor([1])]}], [[0]])
     assert seen == [[4, 2], None]
+
+
+def test_tool_tokens_leave_the_loss_and_the_token_count(monkeypatch):
+    # multi-turn: the rollout's loss_mask is 0 on tool answers; alone, or with rollout correction's keep flags
+    reduced = []
+    monkeypatch.setattr("mindspeed_rl.workers.engine_worker.all_reduce_scalar",
+                        lambda value, op, group: reduced.append(value) or value)
+    w, _, _ = _worker(monkeypatch, "rl_config.init_kl_coef=0")
+    base = _train_batch(old=POLICY_LP)  # rows of 1 and 3 tokens, advantages 1 and 2, ratio 1
+    tools = [torch.tensor([1], dtype=torch.int8), torch.tensor([1, 0, 1], dtype=torch.int8)]
+    w.update([_with(base, loss_mask=tools)], kl_coef=0.0)
+    assert sum(w.actor.losses[0]) == pytest.approx(-(1 + 2 * 2))  # the middle token of row 1 is a tool's
+    assert reduced == [3.0]
+    keep = [torch.tensor([True]), torch.tensor([True, False, False])]  # the correction's flags (over model tokens)
+    w.update([_with(base, loss_mask=tools, response_mask=keep)], kl_coef=0.0)
+    assert sum(w.actor.losses[1]) == pytest.approx(-(1 + 2 * 1))
