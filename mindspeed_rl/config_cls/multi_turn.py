@@ -106,7 +106,5 @@ def multi_turn_spec(rl_config, generate_config, max_prompt_length: int, tokenize
         names = load_tool_names(path)
     except ValueError as err:
         raise ValueError(f"rl_config.tool_config_path: {err}") from None
-    if not names:
-        raise ValueError(f"rl_config.tool_config_path={path}: the file declares no tools")
     return MultiTurnSpec(tool_config_path=path, tool_names=names, tokenizer_path=str(tokenizer_path),
                          trust_remote_code=bool(trust_remote_code), **spec)

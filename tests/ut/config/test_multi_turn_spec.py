@@ -79,3 +79,25 @@ def test_a_missing_or_bad_tool_file_is_one_line_before_anything_starts(tmp_path)
     line = str(err.value)
     assert line.startswith("rl_config.tool_config_path: tool config ") and "mindspeed_rl.tools.nope" in line
     assert "\n" not in line
+
+
+def test_the_bounds_are_inclusive_where_they_fit_and_the_defaults_hold():
+    # a response as long as one turn, a conversation that fills max_model_len exactly, half a second per call
+    spec = multi_turn_spec(_rl(max_total_response_length=8, tool_call_timeout=0.5), GEN, 56)
+    assert (spec.max_total_response_length, spec.call_timeout) == (8, 0.5)
+    assert spec.trust_remote_code is False and spec.tokenizer_path == ""
+    with pytest.raises(ValueError, match=r"rl_config.tool_call_timeout=True must be a number of seconds > 0"):
+        multi_turn_spec(_rl(tool_call_timeout=True), GEN, 32)
+    with pytest.raises(ValueError, match=r"rl_config.tool_call_timeout='5' must be a number of seconds > 0"):
+        multi_turn_spec(_rl(tool_call_timeout="5"), GEN, 32)
+    # no max_model_len (a backend without one): nothing to fit
+    assert multi_turn_spec(_rl(max_total_response_length=4096), SimpleNamespace(
+        sampling_config={"max_tokens": 8}, max_model_len=None), 32).max_total_response_length == 4096
+
+
+def test_an_empty_tool_list_is_refused_by_the_registry_in_one_line(tmp_path):
+    empty = tmp_path / "tools.yaml"
+    empty.write_text("tools: []\n")
+    with pytest.raises(ValueError) as err:
+        multi_turn_spec(_rl(tool_config_path=str(empty)), GEN, 32)
+    assert str(err.value).startswith("rl_config.tool_config_path: tool config ") and "non-empty" in str(err.value)
