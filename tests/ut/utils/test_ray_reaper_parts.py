@@ -135,6 +135,16 @@ def test_a_process_that_ends_while_it_is_read_does_not_stop_the_search(tmp_path,
     assert gone and found == sorted(holders - {gone[0]})
 
 
+def test_a_process_gone_before_its_state_is_read_is_left_out(tmp_path, ray_dir, procs, monkeypatch):
+    session = tmp_path / "session_1"
+    (session / "logs").mkdir(parents=True)
+    naming = _ray_program(procs, ray_dir, f"--log-dir={session}/logs")
+    gone = _ray_program(procs, ray_dir, f"--log-dir={session}/logs")
+    real = ray_reaper._stat
+    monkeypatch.setattr(ray_reaper, "_stat", lambda pid: None if pid == str(gone.pid) else real(pid))  # ended
+    assert ray_reaper.session_processes(str(session), str(ray_dir)) == [naming.pid]
+
+
 def test_sweep_spares_a_running_drivers_own_processes(tmp_path, ray_dir, procs):
     session = tmp_path / "session_1"
     (session / "logs").mkdir(parents=True)

@@ -494,7 +494,8 @@ def test_an_explicit_wait_for_the_reapers_is_used(tmp_path, monkeypatch):
         stays.wait(timeout=60)
 
 
-def test_stale_folders_are_found_past_a_live_owner_and_by_the_pid_alone(tmp_path, monkeypatch):
+@pytest.mark.parametrize("first_owner", ["runs", "another user's"])
+def test_stale_folders_are_found_past_a_live_owner_and_by_the_pid_alone(tmp_path, monkeypatch, first_owner):
     names = ["msrl_ray_111111111_a_b", "msrl_ray_222222222_c_d", "ray_tmp__333333333_e"]  # the last: not a run's
     for name in names:
         (tmp_path / name).mkdir()
@@ -502,8 +503,10 @@ def test_stale_folders_are_found_past_a_live_owner_and_by_the_pid_alone(tmp_path
 
     def kill(pid, sig):
         asked.append(pid)
-        if len(asked) == 1:
-            raise PermissionError(1, "Operation not permitted")  # the first owner asked: another user's, live
+        if len(asked) == 1:  # the first owner asked is live
+            if first_owner == "runs":
+                return
+            raise PermissionError(1, "Operation not permitted")
         shutil.rmtree(tmp_path / f"msrl_ray_{pid}_{'a_b' if pid == 111111111 else 'c_d'}")  # another run got it
         raise ProcessLookupError(3, "No such process")
     monkeypatch.setattr(os, "kill", kill)
