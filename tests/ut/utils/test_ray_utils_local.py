@@ -117,9 +117,11 @@ def test_no_reaper_without_a_local_node_or_off_linux(monkeypatch, node):
 
 
 def _fake_reaper(tmp_path, name, then_sleep=False):
-    """A process that copies its stdin, up to its end, into ``name`` and then ends (or sleeps)."""
-    code = (f"import sys, time; data = sys.stdin.read(); open({str(tmp_path / name)!r}, 'w').write(data)"
-            + ("; time.sleep(300)" if then_sleep else ""))
+    """A process that copies its stdin, up to its end, into ``name`` and then ends (or sleeps until this process
+    ends, at most 5 minutes)."""
+    code = (f"import os, sys, time; parent = os.getppid(); data = sys.stdin.read(); "
+            f"open({str(tmp_path / name)!r}, 'w').write(data)"
+            + ("\nfor _ in range(3000):\n    if os.getppid() != parent: break\n    time.sleep(0.1)" if then_sleep else ""))
     return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
 
 
