@@ -39,6 +39,12 @@ def test_session_processes_are_ray_processes_holding_its_files_or_naming_it(tmp_
     procs = (holder, not_ray, titled, naming, other)
     mine = sorted([holder.pid, titled.pid, naming.pid])
     try:
+        for proc in procs:  # Popen returns a moment before the exec shows the new arguments in /proc
+            for _ in range(6000):
+                with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+                    if f.read():
+                        break
+                time.sleep(0.01)
         assert sorted(ray_reaper.session_processes(str(session), str(ray_dir))) == mine
         # a driver that still runs keeps itself and its forks
         assert ray_reaper.session_processes(str(session), str(ray_dir), keep_family_of=os.getpid()) == []

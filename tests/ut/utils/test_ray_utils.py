@@ -183,10 +183,15 @@ def test_non_ascii_run_folder_moves_the_session_to_tmp_and_says_so(fake_ray, tmp
 def test_a_killed_runs_session_folder_is_removed_by_the_next_run(fake_ray, tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(timeout=60)
-    for name in (f"msrl_ray_{dead.pid}_abc", f"msrl_ray_{os.getppid()}_live", "msrl_ray_old", "other_1_x"):
-        (tmp_path / name).mkdir()
-    assert ray_utils.remove_stale_temp_dirs(str(tmp_path)) == [str(tmp_path / f"msrl_ray_{dead.pid}_abc")]
-    assert sorted(os.listdir(tmp_path)) == sorted([f"msrl_ray_{os.getppid()}_live", "msrl_ray_old", "other_1_x"])
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        for name in (f"msrl_ray_{dead.pid}_abc", f"msrl_ray_{live.pid}_live", "msrl_ray_old", "other_1_x"):
+            (tmp_path / name).mkdir()
+        assert ray_utils.remove_stale_temp_dirs(str(tmp_path)) == [str(tmp_path / f"msrl_ray_{dead.pid}_abc")]
+        assert sorted(os.listdir(tmp_path)) == sorted([f"msrl_ray_{live.pid}_live", "msrl_ray_old", "other_1_x"])
+    finally:
+        live.terminate()  # the owner was only asked whether it runs: the first signal it gets is this one
+        assert live.wait(timeout=60) == -signal.SIGTERM
     assert ray_utils.init_ray() is True  # a run's own folder names its pid
     assert os.path.basename(fake_ray["_temp_dir"]).startswith(f"msrl_ray_{os.getpid()}_")
     ray_utils.shutdown_ray()
