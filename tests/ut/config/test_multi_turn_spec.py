@@ -101,3 +101,33 @@ def test_an_empty_tool_list_is_refused_by_the_registry_in_one_line(tmp_path):
     with pytest.raises(ValueError) as err:
         multi_turn_spec(_rl(tool_config_path=str(empty)), GEN, 32)
     assert str(err.value).startswith("rl_config.tool_config_path: tool config ") and "non-empty" in str(err.value)
+
+
+def test_a_tool_that_raises_at_start_is_one_line_before_rollout(tmp_path):
+    import textwrap
+    module = tmp_path / "broken_tools.py"
+    module.write_text(textwrap.dedent("""
+        from mindspeed_rl.tools.base_tool import BaseTool
+        from mindspeed_rl.tools.schemas import OpenAIFunctionToolSchema
+
+        class Broken(BaseTool):
+            def __init__(self, config, tool_schema=None):
+                raise RuntimeError("the index\\nis missing")
+
+            @classmethod
+            def default_tool_schema(cls):
+                return OpenAIFunctionToolSchema.model_validate(
+                    {"type": "function", "function": {"name": "broken", "description": "x"}})
+    """))
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("tools:\n  - class_name: broken_tools.Broken\n    config: {type: native}\n")
+    import sys
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(ValueError) as err:
+            multi_turn_spec(_rl(tool_config_path=str(tools)), GEN, 32)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("broken_tools", None)
+    line = str(err.value)
+    assert "\n" not in line and "failed to start" in line and "the index is missing" in line
