@@ -97,7 +97,7 @@ def _agent_engine(stage, busy, turns, tools, idle=0.0):
     stats = [{"turns": 2, "tool_calls": 1, "tool_rounds": 1, "tool_errors": 0, "tool_timeouts": 0,
               "tool_seconds": 3.0, "stop": "answered"} for _ in rows]
     return {"stage": stage, "tool_wait": idle, "rows": rows, "responses": [[7, r] for r in rows], "stats": stats,
-            "busy_spans": busy, "turn_spans": turns, "tool_spans": tools}
+            "steps": 10, "live": 20, "busy_spans": busy, "turn_spans": turns, "tool_spans": tools}
 
 
 def _agent_measured(idle_continuous):
