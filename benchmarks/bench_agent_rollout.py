@@ -392,7 +392,8 @@ def way_figures(engines: list, reference=None) -> dict:
     stats = [s for e in engines for s in e["stats"]]
     rows = len(stats)
     out = {"stage": stage, "stage_per_engine": stage_e, "busy": [b / stage for b in busy_e],
-           "engine_s": float(np.mean(busy_e)), "steps": float(np.mean([e["steps"] for e in engines])),
+           "engine_s": float(np.mean(busy_e)), "imbalance": max(busy_e) / float(np.mean(busy_e)) - 1,
+           "steps": float(np.mean([e["steps"] for e in engines])),
            "live_per_step": sum(e["live"] for e in engines) / max(sum(e["steps"] for e in engines), 1),
            "busy_while_tools": sum(covered) / sum(waiting) if sum(waiting) > 0 else None,
            "busy_while_tools_per_engine": [c / w if w > 0 else None for c, w in zip(covered, waiting)],
@@ -451,15 +452,16 @@ def med(figures, way, key):
 
 def tables(figures) -> list:
     pct = "{:.0%}"
-    lines = ["| way | stage s | bound s | stage / bound - 1 | blocking / this | engine busy s (mean) | busy e0 | "
-             "busy e1 | busy while tools run | tool s per row | tool running, share of stage | idle on tools s "
-             "(e0 / e1) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| way | stage s | bound s | stage / bound - 1 | blocking / this | engine busy s (mean) | busy "
+             "imbalance | busy e0 | busy e1 | busy while tools run | tool s per row | tool running, share of stage | "
+             "idle on tools s (e0 / e1) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ways = [w for w in WAYS if w in figures[0]]
     for way in ways:
         col = lambda key, fmt="{:.2f}": cell([f[way][key] for f in figures], fmt)  # noqa: E731
         per = lambda key, i, fmt: cell([f[way][key][i] for f in figures], fmt)  # noqa: E731
         lines.append(f"| {way} | {col('stage')} | {col('bound')} | {col('gap', '{:.1%}')} | "
-                     f"{col('speedup', '{:.2f}x')} | {col('engine_s')} | {per('busy', 0, pct)} | "
+                     f"{col('speedup', '{:.2f}x')} | {col('engine_s')} | {col('imbalance', '{:.1%}')} | "
+                     f"{per('busy', 0, pct)} | "
                      f"{per('busy', 1, pct)} | {col('busy_while_tools', '{:.1%}')} | {col('tool_s_per_row')} | "
                      f"{col('tool_share', pct)} | "
                      f"{per('idle_on_tools', 0, '{:.2f}')} / {per('idle_on_tools', 1, '{:.2f}')} |")
@@ -529,8 +531,11 @@ def report(res: dict, figures: list, targets: list) -> str:
              "slowest engine's serve seconds). Busy while tools run: per engine, the share of the time at least one "
              "of its rows waits on a tool during which the engine steps (pooled over engines). Bound: max(mean engine "
              "busy seconds, the longest conversation's critical path = its turns' seconds in the engine + its tool "
-             "seconds), from the way's own measurements. Idle on tools: seconds an engine waited with every row it "
-             "holds on a tool.", "", *tables(figures), "", ceiling_note(figures), "", "## Targets", "",
+             "seconds), from the way's own measurements; it lets engine work move freely between engines, which "
+             "sticky turns do not: the turns of rows an engine took before the queue drained stay on it (busy imbalance: "
+             "slowest engine's busy seconds / mean - 1, part of stage / bound - 1; the cores' unequal outside load "
+             "adds to it). Idle on tools: seconds an engine waited with every row it holds on a tool.", "",
+             *tables(figures), "", ceiling_note(figures), "", "## Targets", "",
              "| target | status | detail |", "|---|---|---|"]
     parts += [f"| {name} | {'PASS' if ok else 'FAIL'} | {detail} |" for name, ok, detail in targets]
     parts += ["", f"Wall time: {res['wall_s']:.0f} s."]
