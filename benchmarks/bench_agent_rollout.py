@@ -532,9 +532,9 @@ def report(res: dict, figures: list, targets: list) -> str:
              "of its rows waits on a tool during which the engine steps (pooled over engines). Bound: max(mean engine "
              "busy seconds, the longest conversation's critical path = its turns' seconds in the engine + its tool "
              "seconds), from the way's own measurements; it lets engine work move freely between engines, which "
-             "sticky turns do not: the turns of rows an engine took before the queue drained stay on it (busy imbalance: "
-             "slowest engine's busy seconds / mean - 1, part of stage / bound - 1; the cores' unequal outside load "
-             "adds to it). Idle on tools: seconds an engine waited with every row it holds on a tool.", "",
+             "sticky turns do not: the turns of rows an engine took before the queue drained stay on it (busy "
+             "imbalance: slowest engine's busy seconds / mean - 1, part of stage / bound - 1; the cores' unequal "
+             "outside load adds to it). Idle on tools: seconds an engine waited with every row it holds on a tool.", "",
              *tables(figures), "", ceiling_note(figures), "", "## Targets", "",
              "| target | status | detail |", "|---|---|---|"]
     parts += [f"| {name} | {'PASS' if ok else 'FAIL'} | {detail} |" for name, ok, detail in targets]
