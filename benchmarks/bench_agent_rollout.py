@@ -166,7 +166,7 @@ def engine_class():
                                max_num_batched_tokens=2048)
             self.rollout = Timed(spec, actor, model, torch.device("cpu"), rank=core, world_size=ENGINES, seed=0)
             self.tokenizer = build_text_tokenizer()
-            self.sampling = SimpleNamespace(max_tokens=TURN_MAX, temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0)
+            self.sampling = SimpleNamespace(max_tokens=TURN_MAX + 1, temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0)
             self.core, self.cap = core, cap
 
         def where(self):
@@ -200,7 +200,7 @@ def engine_class():
                                    first=first)
             seed_of = lambda row: base + row  # noqa: E731
             engine = self.rollout.llm.llm_engine
-            timer = self.rollout.llm.llm_engine = StepTimer(engine, steps, turns)
+            timer = self.rollout.llm.llm_engine = StepTimer(engine, steps, turns, self.cap)
             try:
                 if way == "blocking":
                     served = serve_blocking(self.rollout, agent, source, self.sampling, seed_of, None, None,
@@ -229,9 +229,9 @@ class StepTimer:
     """vLLM's LLMEngine with its add_request and step calls timed (the engine's busy spans) and each request's
     admission and finish times."""
 
-    def __init__(self, engine, spans: list, requests: dict):
-        self._engine, self._spans, self._requests = engine, spans, requests
-        self.steps, self.live = 0, 0  # steps, and the sequences they stepped (summed)
+    def __init__(self, engine, spans: list, requests: dict, cap: int):
+        self._engine, self._spans, self._requests, self._cap = engine, spans, requests, cap
+        self.steps, self.live = 0, 0  # steps, and the requests they ran (summed; at most max_num_seqs a step)
 
     def add_request(self, request_id, *args, **kwargs):
         start = time.monotonic()
@@ -242,7 +242,7 @@ class StepTimer:
 
     def step(self):
         self.steps += 1
-        self.live += self._engine.get_num_unfinished_requests()
+        self.live += min(self._engine.get_num_unfinished_requests(), self._cap)
         start = time.monotonic()
         outputs = self._engine.step()
         end = time.monotonic()
@@ -305,7 +305,8 @@ def scripted_agent(tokenizer, rnd: dict, tool_spans: list):
     spec = SimpleNamespace(max_tool_calls=len(ROUNDS_P) - 1, max_parallel_calls=1, call_timeout=60.0,
                            max_total_response_length=MAX_MODEL_LEN - PROMPT_RANGE[1], max_tool_response_length=0,
                            truncate_side="middle")
-    return Scripted(spec, {"wait": SleepTool(tool_spans)}, tokenizer, ScriptedParser(rnd["tools"]), TURN_MAX)
+    # a turn's budget above the longest scripted turn: every turn ends short of it, as at its EOS
+    return Scripted(spec, {"wait": SleepTool(tool_spans)}, tokenizer, ScriptedParser(rnd["tools"]), TURN_MAX + 1)
 
 
 # ---------------------------------------------------------------- one round, every way
@@ -486,8 +487,8 @@ def make_targets(figures, scale: float = 1.0) -> list:
         TARGETS["gain"] * scale
     blocked, idle_gain = med(figures, "blocking", "busy_while_tools"), med(figures, "blocking", "idle_gain")
     off = [f"{way} in repeat {i + 1}" for i, f in enumerate(figures) for way, w in f.items()
-           if w["identical"] < 1 or w["tool_errors"] or abs(w["tool_calls_per_row"] - w["scripted_calls_per_row"])
-           > 1e-9]
+           if w["identical"] < 1 or w["tool_errors"] or w["stops"] != ["answered"]
+           or abs(w["tool_calls_per_row"] - w["scripted_calls_per_row"]) > 1e-9]
     return [("busy while tools", busy is not None and busy >= want_busy,
              f"{JUDGED}: engines busy {busy:.1%} of the time a row of theirs waits on a tool (blocking "
              f"{blocked:.1%}); target >= {want_busy:.0%}"),
@@ -497,9 +498,10 @@ def make_targets(figures, scale: float = 1.0) -> list:
              f"blocking / {JUDGED} stage = {gain:.2f}x; target >= {want_gain:.2f}x" + (
                  f" (removing the idle on tools alone gives {idle_gain:.2f}x here, see above)" if gain < want_gain
                  else "")),
-            ("same work", not off, "every way ran the scripted tool calls without an error and made the blocking "
-             "loop's responses token for token" if not off else "tool calls off the script, tool errors or responses "
-             "unlike the blocking loop's: " + ", ".join(off))]
+            ("same work", not off, "every way ran the scripted turns and tool calls (no tool error, every "
+             "conversation answered) and made the blocking loop's responses token for token" if not off else
+             "turns or tool calls off the script, tool errors or responses unlike the blocking loop's: "
+             + ", ".join(off))]
 
 
 def idle_note(figures) -> str:
@@ -534,6 +536,7 @@ def report(res: dict, figures: list, targets: list) -> str:
              "the next turn); continuous = VLLMRollout.serve -> serve_conversations, rows from the RolloutQueue "
              "actor (continuous takes); continuous_static (full run only) = the same serve path over a static seeded "
              "random split (a LocalSource per engine).", "", STICKY, "",
+             "Sequences per step: requests in the engine at a step, at most max_num_seqs. "
              "busy eK: engine K's seconds in engine.step/add_request (blocking: in generate) over the stage (the "
              "slowest engine's serve seconds). Busy while tools run: per engine, the share of the time at least one "
              "of its rows waits on a tool during which the engine steps (pooled over engines). Bound: max(mean engine "
