@@ -376,8 +376,9 @@ def measure(args) -> dict:
 # ---------------------------------------------------------------- figures
 
 
-def way_figures(engines: list, reference=None) -> dict:
-    """One way's figures in one repeat from its engines' records."""
+def way_figures(engines: list, lengths: list, reference=None) -> dict:
+    """One way's figures in one repeat from its engines' records (``lengths``: each row's scripted turn
+    lengths)."""
     stage_e = [e["stage"] for e in engines]
     stage = max(stage_e)
     busy_e = [sum(b - a for a, b in e["busy_spans"]) for e in engines]
@@ -395,6 +396,8 @@ def way_figures(engines: list, reference=None) -> dict:
     rows = len(stats)
     out = {"stage": stage, "stage_per_engine": stage_e, "busy": [b / stage for b in busy_e],
            "engine_s": float(np.mean(busy_e)), "imbalance": max(busy_e) / float(np.mean(busy_e)) - 1,
+           # each engine's seconds per generated token: the cores' speed under their outside load
+           "ms_per_token": [1e3 * b / max(sum(sum(lengths[r]) for r in e["rows"]), 1) for b, e in zip(busy_e, engines)],
            "steps": float(np.mean([e["steps"] for e in engines])),
            "live_per_step": sum(e["live"] for e in engines) / max(sum(e["steps"] for e in engines), 1),
            "busy_while_tools": sum(covered) / sum(waiting) if sum(waiting) > 0 else None,
@@ -419,10 +422,11 @@ def analyse(res: dict) -> dict:
     figures = []
     for rep in res["repeats"]:
         ways = rep["ways"]
-        block = way_figures(ways["blocking"])
+        lengths = rep["round"]["lengths"]
+        block = way_figures(ways["blocking"], lengths)
         one = {"blocking": block}
         for way in [w for w in WAYS[1:] if w in ways]:
-            one[way] = way_figures(ways[way], block["_responses"])
+            one[way] = way_figures(ways[way], lengths, block["_responses"])
         block["identical"] = 1.0
         # the gain from removing the blocking loop's idle on tools alone, with the same engine seconds
         block["idle_gain"] = block["stage"] / block["engine_s"]
@@ -453,29 +457,31 @@ def med(figures, way, key):
 
 
 def tables(figures) -> list:
-    pct = "{:.0%}"
+    pct, ways = "{:.0%}", [w for w in WAYS if w in figures[0]]
+
+    def col(way, key, fmt="{:.2f}"):
+        return cell([f[way][key] for f in figures], fmt)
+
+    def per(way, key, fmt="{:.2f}"):  # engine 0 / engine 1
+        return " / ".join(cell([f[way][key][i] for f in figures], fmt) for i in range(ENGINES))
     lines = ["| way | stage s | bound s | stage / bound - 1 | blocking / this | engine busy s (mean) | busy "
-             "imbalance | busy e0 | busy e1 | busy while tools run | tool s per row | tool running, share of stage | "
-             "idle on tools s (e0 / e1) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    ways = [w for w in WAYS if w in figures[0]]
-    for way in ways:
-        col = lambda key, fmt="{:.2f}": cell([f[way][key] for f in figures], fmt)  # noqa: E731
-        per = lambda key, i, fmt: cell([f[way][key][i] for f in figures], fmt)  # noqa: E731
-        lines.append(f"| {way} | {col('stage')} | {col('bound')} | {col('gap', '{:.1%}')} | "
-                     f"{col('speedup', '{:.2f}x')} | {col('engine_s')} | {col('imbalance', '{:.1%}')} | "
-                     f"{per('busy', 0, pct)} | "
-                     f"{per('busy', 1, pct)} | {col('busy_while_tools', '{:.1%}')} | {col('tool_s_per_row')} | "
-                     f"{col('tool_share', pct)} | "
-                     f"{per('idle_on_tools', 0, '{:.2f}')} / {per('idle_on_tools', 1, '{:.2f}')} |")
+             "imbalance | busy (e0 / e1) | busy while tools run | tool s per row | tool running, share of stage | "
+             "idle on tools s (e0 / e1) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for w in ways:
+        lines.append(f"| {w} | {col(w, 'stage')} | {col(w, 'bound')} | {col(w, 'gap', '{:.1%}')} | "
+                     f"{col(w, 'speedup', '{:.2f}x')} | {col(w, 'engine_s')} | {col(w, 'imbalance', '{:.1%}')} | "
+                     f"{per(w, 'busy', pct)} | {col(w, 'busy_while_tools', '{:.1%}')} | {col(w, 'tool_s_per_row')} | "
+                     f"{col(w, 'tool_share', pct)} | {per(w, 'idle_on_tools')} |")
     lines += ["", "| way | turns per row | tool calls per row | tool errors | engine steps | sequences per step | "
-              "rows per engine | rows identical to blocking | stop reasons |", "|---|---|---|---|---|---|---|---|---|"]
-    for way in ways:
-        col = lambda key, fmt="{:.2f}": cell([f[way][key] for f in figures], fmt)  # noqa: E731
-        lines.append(f"| {way} | {col('turns_per_row')} | {col('tool_calls_per_row')} | "
-                     f"{col('tool_errors', '{:.0f}')} | {col('steps', '{:.0f}')} | {col('live_per_step', '{:.1f}')} | "
-                     f"{'; '.join('/'.join(map(str, f[way]['rows_per_engine'])) for f in figures)} | "
-                     f"{col('identical', '{:.0%}')} | "
-                     f"{', '.join(sorted({s for f in figures for s in f[way]['stops']}))} |")
+              "engine ms per generated token (e0 / e1) | rows per engine | rows identical to blocking | stop reasons |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for w in ways:
+        lines.append(f"| {w} | {col(w, 'turns_per_row')} | {col(w, 'tool_calls_per_row')} | "
+                     f"{col(w, 'tool_errors', '{:.0f}')} | {col(w, 'steps', '{:.0f}')} | "
+                     f"{col(w, 'live_per_step', '{:.1f}')} | {per(w, 'ms_per_token')} | "
+                     f"{'; '.join('/'.join(map(str, f[w]['rows_per_engine'])) for f in figures)} | "
+                     f"{col(w, 'identical', '{:.0%}')} | "
+                     f"{', '.join(sorted({s for f in figures for s in f[w]['stops']}))} |")
     return lines
 
 
@@ -536,8 +542,10 @@ def report(res: dict, figures: list, targets: list) -> str:
              "the next turn); continuous = VLLMRollout.serve -> serve_conversations, rows from the RolloutQueue "
              "actor (continuous takes); continuous_static (full run only) = the same serve path over a static seeded "
              "random split (a LocalSource per engine).", "", STICKY, "",
-             "Sequences per step: requests in the engine at a step, at most max_num_seqs. "
-             "busy eK: engine K's seconds in engine.step/add_request (blocking: in generate) over the stage (the "
+             "Sequences per step: requests in the engine at a step, at most max_num_seqs. Engine ms per generated "
+             "token: an engine's busy seconds (prefills included) over the tokens its rows generated; a gap between "
+             "e0 and e1 is the cores' unequal outside load. "
+             "Busy: an engine's seconds in engine.step/add_request (blocking: in generate) over the stage (the "
              "slowest engine's serve seconds). Busy while tools run: per engine, the share of the time at least one "
              "of its rows waits on a tool during which the engine steps (pooled over engines). Bound: max(mean engine "
              "busy seconds, the longest conversation's critical path = its turns' seconds in the engine + its tool "
