@@ -565,7 +565,8 @@ def report(res: dict, figures: list, targets: list) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="16 prompts x 4 samples, 3 repeats (~4 min)")
+    parser.add_argument("--quick", action="store_true", help="16 prompts x 4 samples, 3 repeats, blocking and "
+                                                             "continuous only (~3-4 min)")
     parser.add_argument("--repeats", type=int, default=None, help="rounds (default 3 with --quick, else 5)")
     parser.add_argument("--max-num-seqs", type=int, default=16, help="each engine's max_num_seqs")
     parser.add_argument("--out-dir", default=None, help="where the .md/.json go (default benchmarks/results; "
@@ -574,7 +575,11 @@ def main(argv=None) -> int:
                         help="tighten every target by this factor (to see the FAIL path)")
     args = parser.parse_args(argv)
     if args.repeats is not None and args.repeats < 1:
-        parser.error("--repeats must be >= 1")
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.max_num_seqs < 1:
+        parser.error(f"--max-num-seqs must be >= 1, got {args.max_num_seqs}")
+    if not args.target_scale > 0:
+        parser.error(f"--target-scale must be > 0, got {args.target_scale:g}")
     args.repeats = args.repeats or (3 if args.quick else 5)
     args.prompts, args.samples = 16, (4 if args.quick else 8)
     args.ways = WAYS[:2] if args.quick else WAYS

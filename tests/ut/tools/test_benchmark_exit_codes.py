@@ -141,3 +141,14 @@ def test_agent_rollout_exit_code_follows_the_fail_lines(monkeypatch, capsys, tmp
     assert "not implemented" in out
     if fails:
         assert f"targets FAILED: {', '.join(fails)}" in err
+
+
+@pytest.mark.parametrize("flag, value", [("--repeats", "0"), ("--max-num-seqs", "0"), ("--target-scale", "0")])
+def test_agent_rollout_refuses_bad_flags_before_it_measures(monkeypatch, capsys, flag, value):
+    bench = _load("bench_agent_rollout")
+    monkeypatch.setattr(bench, "measure", lambda args: pytest.fail("measured despite a bad flag"))
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--quick", flag, value])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(f"error: {flag} must be {'> 0' if flag == '--target-scale' else '>= 1'}, got {value}")
