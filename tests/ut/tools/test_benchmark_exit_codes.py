@@ -88,3 +88,67 @@ def test_rollout_quick_exit_code_follows_the_fail_lines(rollout_quick, monkeypat
     out, err = capsys.readouterr()
     assert code == 1
     assert "| 14M rollout | FAIL |" in out and "targets FAILED: " in err and "14M rollout" in err
+
+
+def _agent_engine(stage, busy, turns, tools, idle=0.0):
+    """One engine's records as bench_agent_rollout's Engine.run returns them (one row per engine): busy spans,
+    (row, turn, start, end) turn and tool spans."""
+    rows = sorted({r for r, _, _, _ in turns})
+    stats = [{"turns": 2, "tool_calls": 1, "tool_rounds": 1, "tool_errors": 0, "tool_timeouts": 0,
+              "tool_seconds": 3.0, "stop": "answered"} for _ in rows]
+    return {"stage": stage, "tool_wait": idle, "rows": rows, "responses": [[7, r] for r in rows], "stats": stats,
+            "steps": 10, "live": 20, "busy_spans": busy, "turn_spans": turns, "tool_spans": tools}
+
+
+def _agent_measured(case):
+    """Two engines, one row each: the blocking loop idles while the row's tool runs (stage 8 s); the continuous
+    path steps other rows meanwhile (stage 5 s), or idles for half of the tool ('idle'), or makes another
+    response for row 0 ('other')."""
+    ways = {"blocking": [_agent_engine(8.0, [(0, 3), (6, 8)], [(e, 0, 0, 3), (e, 1, 6, 8)], [(e, 0, 3, 6)], 3.0)
+                         for e in range(2)]}
+    busy = [(0, 3), (4, 5)] if case == "idle" else [(0, 5)]
+    for way in ("continuous", "continuous_static"):
+        ways[way] = [_agent_engine(5.0, busy, [(e, 0, 0, 2), (e, 1, 4, 5)], [(e, 0, 2, 4)]) for e in range(2)]
+    if case == "other":
+        ways["continuous"][0]["responses"] = [[8, 0]]
+    return {"quick": True, "cpus": 2, "load_before": (1.0, 1.0, 1.0), "load_after": (1.0, 1.0, 1.0), "prompts": 1,
+            "samples": 2, "max_num_seqs": 4, "params": 1e6, "startup_s": 1.0,
+            "engines": [{"core": c, "affinity": [c], "omp_bind": str(c)} for c in range(2)],
+            "repeats": [{"round": {"lengths": [[3, 2]] * 2, "tools": [[3.0]] * 2}, "ways": ways}] * 3}
+
+
+@pytest.mark.parametrize("case", ["met", "idle", "scaled", "other"])
+def test_agent_rollout_exit_code_follows_the_fail_lines(monkeypatch, capsys, tmp_path, case):
+    import json
+    bench = _load("bench_agent_rollout")
+    monkeypatch.setattr(bench, "measure", lambda args: _agent_measured(case))
+    argv = ["--quick", "--out-dir", str(tmp_path)] + (["--target-scale", "2"] if case == "scaled" else [])
+    code = bench.main(argv)
+    out, err = capsys.readouterr()
+    targets = out[out.index("== TARGETS =="):]
+    fails = [line.split(":")[0].strip() for line in targets.splitlines() if ": FAIL" in line]
+    assert code == (1 if fails else 0)
+    assert fails == {"met": [], "idle": ["busy while tools"], "scaled": ["speed"], "other": ["same work"]}[case]
+    fig = json.loads((tmp_path / "bench_agent_rollout.json").read_text())["figures"][0]
+    # the blocking loop steps none of the time a tool runs; continuous all of it, or half when it idles 1 of 2 s
+    assert fig["blocking"]["busy_while_tools"] == 0.0
+    assert fig["continuous"]["busy_while_tools"] == (0.5 if case == "idle" else 1.0)
+    assert fig["continuous"]["bound"] == 5.0 and fig["continuous"]["gap"] == 0.0  # path 2 + 2 + 1 s = busy 5 s
+    assert fig["continuous"]["speedup"] == 8.0 / 5.0 and fig["blocking"]["idle_gain"] == 8.0 / 5.0
+    assert fig["continuous"]["identical"] == (0.5 if case == "other" else 1.0)
+    # 5 busy seconds (4 when it idles) over the row's 3 + 2 tokens
+    assert fig["continuous"]["ms_per_token"] == [800.0 if case == "idle" else 1000.0] * 2
+    assert "not implemented" in out
+    if fails:
+        assert f"targets FAILED: {', '.join(fails)}" in err
+
+
+@pytest.mark.parametrize("flag, value", [("--repeats", "0"), ("--max-num-seqs", "0"), ("--target-scale", "0")])
+def test_agent_rollout_refuses_bad_flags_before_it_measures(monkeypatch, capsys, flag, value):
+    bench = _load("bench_agent_rollout")
+    monkeypatch.setattr(bench, "measure", lambda args: pytest.fail("measured despite a bad flag"))
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--quick", flag, value])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(f"error: {flag} must be {'> 0' if flag == '--target-scale' else '>= 1'}, got {value}")
