@@ -5,6 +5,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from mindspeed_rl.agent.agent_loop import AgentLoop
 from mindspeed_rl.agent.conversation import ANSWERED, LENGTH, MAX_TOOL_CALLS, Conversation
@@ -243,3 +244,12 @@ def test_calls_beyond_max_parallel_are_dropped_unanswered_and_counted(loops):
     assert conv.tokens[len(_ids(turn)):] == loop.block.ids(["r1"])  # one answer: the second call was dropped
     assert (conv.tool_calls, conv.tool_errors, conv.tool_skipped) == (1, 0, 1)
     assert conv.stats()["tool_skipped"] == 1
+
+
+def test_a_turn_without_log_probs_fills_zeros_and_the_mask_travels_as_bytes():
+    conv = Conversation(row=0, prompt=[1])
+    conv.add_turn([5, 6])
+    conv.add_tool_answer([7])
+    assert conv.log_probs == [0.0, 0.0, 0.0]
+    mask = conv.loss_mask()
+    assert mask.dtype == torch.int8 and mask.tolist() == [1, 1, 0]  # one byte a token through the dock
