@@ -6,7 +6,7 @@ response is full), or a round of tool calls starts beside the engine (a future).
 model goes on; the next turn's budget is ``turn_budget``. Both backends use it: transformers generate turn by turn
 over a chunk, vLLM request by request between engine steps."""
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import List, Optional
 
 from mindspeed_rl.agent.conversation import ANSWERED, LENGTH, MAX_TOOL_CALLS, Conversation
@@ -49,9 +49,20 @@ class AgentLoop:
         future.started = time.monotonic()
         return future
 
+    @property
+    def round_deadline(self) -> float:
+        """Seconds a round may take at most: each call is cut at call_timeout (create, execute), its release too;
+        past this the tool loop itself is stuck."""
+        return 3 * self.spec.call_timeout + 60.0
+
     def after_tools(self, conv: Conversation, future: Future) -> bool:
         """Append a finished round's answers; True when the model goes on with another turn."""
-        results: List[CallResult] = future.result()
+        try:
+            results: List[CallResult] = future.result(timeout=self.round_deadline)
+        except FutureTimeout:
+            raise TimeoutError(f"multi-turn: row {conv.row}'s tool round did not finish in {self.round_deadline:g} s "
+                               f"(each call is cut at rl_config.tool_call_timeout={self.spec.call_timeout:g} s): "
+                               f"the tool loop is stuck") from None
         conv.tool_seconds += time.monotonic() - getattr(future, "started", time.monotonic())
         conv.tool_calls += sum(r.ran for r in results)
         conv.tool_errors += sum(r.status == ERROR for r in results)

@@ -69,7 +69,7 @@ def serve_blocking(backend, agent, source, sampling, seed_of, eos_id, pad_id, ch
                 if future is not None:
                     rounds[conv.row] = future
             t0 = clock()
-            wait(list(rounds.values()))  # the engine has nothing else to do here
+            wait(list(rounds.values()), timeout=agent.round_deadline)  # nothing else to do; after_tools says a stuck one
             out.tool_wait += clock() - t0
             active = [c for c in active if c.row in rounds and agent.after_tools(c, rounds[c.row])]
             turn += 1

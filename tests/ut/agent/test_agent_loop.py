@@ -253,3 +253,13 @@ def test_a_turn_without_log_probs_fills_zeros_and_the_mask_travels_as_bytes():
     assert conv.log_probs == [0.0, 0.0, 0.0]
     mask = conv.loss_mask()
     assert mask.dtype == torch.int8 and mask.tolist() == [1, 1, 0]  # one byte a token through the dock
+
+
+def test_a_stuck_tool_loop_is_one_line_not_a_hang(loops, monkeypatch):
+    from concurrent.futures import Future
+    loop = loops({}, call_timeout=0.01)
+    assert loop.round_deadline == pytest.approx(60.03)  # three call timeouts and a minute
+    monkeypatch.setattr(AgentLoop, "round_deadline", property(lambda self: 0.05))
+    with pytest.raises(TimeoutError, match=r"row 4's tool round did not finish in 0.05 s \(each call is cut at "
+                                           r"rl_config.tool_call_timeout=0.01 s\): the tool loop is stuck"):
+        loop.after_tools(Conversation(row=4, prompt=[1]), Future())  # a round nobody answers
