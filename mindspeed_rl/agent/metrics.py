@@ -24,6 +24,15 @@ def turn_counts(served) -> Dict[str, float]:
     return {f"{PREFIX}count/{k}": float(v) for k, v in out.items()}
 
 
+def turn_summary(m: Dict[str, float]) -> str:
+    """The iteration line's multi-turn part (empty without multi-turn figures)."""
+    if f"{PREFIX}turns_per_row" not in m:
+        return ""
+    return (f" turns/row={m[f'{PREFIX}turns_per_row']:.2f} tool_calls/row={m[f'{PREFIX}tool_calls_per_row']:.2f} "
+            f"tool_errors={m[f'{PREFIX}tool_errors']:.0f} tool_timeouts={m[f'{PREFIX}tool_timeouts']:.0f} "
+            f"engine_idle_on_tools={m[f'{PREFIX}engine_tool_wait_seconds']:.2f}s")
+
+
 def turn_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
     """The round's figures from every rank's counts: per-row rates, fractions, totals (nothing without counts)."""
     keys = sorted({k for r in results for k in r if k.startswith(f"{PREFIX}count/")})

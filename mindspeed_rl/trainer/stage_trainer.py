@@ -17,7 +17,7 @@ from mindspeed_rl.trainer import driver_stages, dynamic_sampling, partial_rollou
 from mindspeed_rl.trainer.stage_runner import StageRunner
 from mindspeed_rl.algorithms.kl import AdaptiveKLController, FixedKLController
 from mindspeed_rl.trainer.utils.reward_guard import RejectionGuard, RewardGuard
-from mindspeed_rl.agent.metrics import turn_metrics
+from mindspeed_rl.agent.metrics import turn_metrics, turn_summary
 from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.utils.checkpoint import Checkpointer
 from mindspeed_rl.utils.loggers import MetricsLogger
@@ -335,4 +335,4 @@ class StageTableTrainer:
                 f"loss={get('actor/pg_loss', '{:.4f}')} kl={get('actor/kl', '{:.4f}')} "
                 f"update max/min rank s={get(f'timing/{TRAIN.name}/max', '{:.2f}')}/"
                 f"{get(f'timing/{TRAIN.name}/min', '{:.2f}')} "
-                f"{balance}" + dynamic_sampling.summary(m))
+                f"{balance}" + dynamic_sampling.summary(m) + turn_summary(m))

@@ -250,3 +250,16 @@ def test_a_conversation_waiting_on_its_tool_frees_its_engine_slot():
     text = TOK.decode(served.responses[served.rows.index(2)].tolist())
     assert "after " in text and "the engine never stepped" not in text
     assert sorted(served.rows) == sorted(rows)
+
+
+def test_the_iteration_line_says_the_turns_and_the_tools():
+    from mindspeed_rl.agent.metrics import turn_summary
+    from mindspeed_rl.trainer.stage_trainer import StageTableTrainer
+    counts = {"multi_turn/count/rows": 4.0, "multi_turn/count/turns": 7.0, "multi_turn/count/tool_calls": 3.0,
+              "multi_turn/count/tool_errors": 1.0, "multi_turn/count/tool_timeouts": 0.0,
+              "multi_turn/count/engine_tool_wait_seconds": 0.25}
+    m = turn_metrics([counts])
+    assert turn_summary(m) == (" turns/row=1.75 tool_calls/row=0.75 tool_errors=1 tool_timeouts=0 "
+                               "engine_idle_on_tools=0.25s")
+    assert StageTableTrainer._summary(3, dict(m, **{"reward/mean": 0.5})).endswith(turn_summary(m))
+    assert turn_summary({"reward/mean": 0.5}) == ""
