@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from mindspeed_rl.utils.token_ids import TOKEN_DTYPE
-from mindspeed_rl.datasets.toy_tasks import TASKS, make_prompts
+from mindspeed_rl.datasets.toy_tasks import TASKS, TOOL_VALUES, make_prompts
 from mindspeed_rl.models.tiny_model import BOS_ID, SEP_ID
 
 
@@ -47,7 +47,7 @@ def test_deterministic_per_seed(task):
 def test_tool_prompts_tell_nothing_and_labels_cover_the_digits():
     data = make_prompts("tool", 300, seed=2)
     assert all(p.tolist() == [BOS_ID, SEP_ID] and p.dtype == TOKEN_DTYPE for p in data["prompts"])
-    assert {int(label[0]) for label in data["labels"]} == set(range(10))
+    assert {int(label[0]) for label in data["labels"]} == set(range(TOOL_VALUES))
     assert all(label.shape == (1,) and label.dtype == TOKEN_DTYPE for label in data["labels"])
 
 
