@@ -3,8 +3,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from mindspeed_rl.models.device import get_device, get_dist_backend
+from mindspeed_rl.agent.tool_block import chatml_block
 from mindspeed_rl.models.tiny_model import (
-    BOS_ID, EOS_ID, LEN_TOKEN_BASE, PAD_ID, SEP_ID, TOY_TOKENS,
+    BOS_ID, EOS_ID, LEN_TOKEN_BASE, PAD_ID, SEP_ID, TOOL_CALL_ID, TOOL_CLOSE_ID, TOOL_OPEN_ID, TOY_TOKENS,
     build_tiny_checkpoint, build_toy_tokenizer, length_token, tiny_qwen2_config,
 )
 
@@ -15,7 +16,11 @@ def test_vocabulary_layout():
     assert TOY_TOKENS[BOS_ID] == "<bos>" and TOY_TOKENS[EOS_ID] == "<eos>"
     assert TOY_TOKENS[PAD_ID] == "<pad>" and TOY_TOKENS[SEP_ID] == "<sep>"
     assert TOY_TOKENS[LEN_TOKEN_BASE] == "<L1>" and TOY_TOKENS[23] == "<L8>"
-    assert TOY_TOKENS[24] == "<unused24>" and TOY_TOKENS[31] == "<unused31>"
+    # the toy tool task's one-token call and the halves of the tool turn, then unused ids
+    assert TOY_TOKENS[TOOL_CALL_ID] == '<tool_call>\n{"name": "secret", "arguments": {}}\n</tool_call>'
+    assert TOY_TOKENS[TOOL_OPEN_ID] + "7" + TOY_TOKENS[TOOL_CLOSE_ID] == chatml_block(["7"])
+    assert (TOOL_CALL_ID, TOOL_OPEN_ID, TOOL_CLOSE_ID) == (24, 25, 26)
+    assert TOY_TOKENS[27] == "<unused27>" and TOY_TOKENS[31] == "<unused31>"
     assert [length_token(n) for n in (1, 8)] == [16, 23]
     with pytest.raises(ValueError):
         length_token(9)
