@@ -295,14 +295,14 @@ def test_host_memory_stays_bounded_while_draining_output(box):
         import resource
         from mindspeed_rl.tools.sandbox import SandboxLimits, run_python
         r = run_python("import sys\\nfor _ in range(256):\\n    sys.stdout.write('x' * 2**20)",
-                       SandboxLimits(output_bytes=1000, wall_seconds=120))
+                       SandboxLimits(output_bytes=1000, wall_seconds=600))  # a bound only: a busy machine
         print(r.status, r.output_truncated, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
         """)
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONPATH": _pythonpath()})
     status, truncated, peak_mb = done.stdout.split()
-    assert (status, truncated) == ("ok", "True"), done.stderr
-    assert int(peak_mb) < 128  # 256 MiB went through
+    assert (status, truncated) == ("ok", "True"), (done.stdout, done.stderr[-2000:])
+    assert int(peak_mb) < 128, done.stdout  # 256 MiB went through
 
 
 def test_many_concurrent_calls_complete(box):
