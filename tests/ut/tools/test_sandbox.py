@@ -290,13 +290,14 @@ def test_megabytes_of_output_are_cut_with_a_marker(box):
 
 
 def test_host_memory_stays_bounded_while_draining_output(box):
-    # a fresh interpreter, so the peak RSS it reports is this call's
+    # a fresh interpreter; its peak is VmHWM, the high-water mark of its own memory map (ru_maxrss would keep the
+    # forking parent's peak across exec: under a large pytest process it reads hundreds of MB)
     probe = textwrap.dedent("""\
-        import resource
         from mindspeed_rl.tools.sandbox import SandboxLimits, run_python
         r = run_python("import sys\\nfor _ in range(256):\\n    sys.stdout.write('x' * 2**20)",
                        SandboxLimits(output_bytes=1000, wall_seconds=600))  # a bound only: a busy machine
-        print(r.status, r.output_truncated, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+        hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
+        print(r.status, r.output_truncated, int(hwm) // 1024)
         """)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONPATH": _pythonpath()})
