@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Tuple
 
 from mindspeed_rl.algorithms.registry import did_you_mean
+from mindspeed_rl.tools.utils.tool_parser import ToolParser
 from mindspeed_rl.tools.utils.truncate import TRUNCATE_SIDES
 
-PARSERS = ("hermes",)
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def multi_turn_spec(rl_config, generate_config, max_prompt_length: int, tokenize
                 max_tool_response_length=_int(rl_config, "max_tool_response_length", 0),
                 truncate_side=_choice("tool_response_truncate_side", rl_config.tool_response_truncate_side,
                                       TRUNCATE_SIDES, "middle"),
-                parser=_choice("tool_parser_format", rl_config.tool_parser_format, PARSERS, "hermes"),
+                parser=_choice("tool_parser_format", rl_config.tool_parser_format, ToolParser.known(), "hermes"),
                 call_timeout=float(timeout))
     try:
         names = load_tool_names(path)

@@ -27,6 +27,11 @@ class ToolParser(ABC):
         return decorator
 
     @classmethod
+    def known(cls) -> tuple:
+        """The registered format names (tool_parser_format's values)."""
+        return tuple(sorted(cls._registry))
+
+    @classmethod
     def get_tool_parser(cls, name: str, tokenizer) -> "ToolParser":
         if name not in cls._registry:
             from mindspeed_rl.algorithms.registry import did_you_mean  # only here: it imports torch

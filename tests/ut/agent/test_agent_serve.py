@@ -167,15 +167,20 @@ def _vllm(cap):
     return rollout
 
 
-def test_vllm_path_keeps_stepping_while_a_conversation_waits_on_its_tool():
-    agent, backend, queue = _agent(), _vllm(cap=3), RolloutQueue()
-    rows = sorted(SCRIPT)
-    queue.load(0, len(rows), 1, cap=3)
+def _serve_vllm(rows, cap, source_of=None):
+    """(agent, backend, what the continuous path served) for ``rows`` in queue order, ``cap`` slots."""
+    agent, backend, queue = _agent(), _vllm(cap=cap), RolloutQueue()
+    queue.load(0, len(rows), 1, cap=cap)
     Clock.steps = 0
+    source = _source(queue, rows) if source_of is None else source_of(_source(queue, rows))
     try:
-        served = serve_conversations(backend, agent, _source(queue, rows), None, seed_of, EOS)
+        return agent, backend, serve_conversations(backend, agent, source, None, seed_of, EOS)
     finally:
         agent.close()
+
+
+def test_vllm_path_keeps_stepping_while_a_conversation_waits_on_its_tool():
+    agent, backend, served = _serve_vllm(sorted(SCRIPT), cap=3)
     text, stats = _check(served, agent)
     # the slow tool answered only after the engine stepped five times without row 2: other rows kept running
     assert "after " in text[2] and "the engine never stepped" not in text[2]
@@ -204,25 +209,21 @@ def test_vllm_path_keeps_stepping_while_a_conversation_waits_on_its_tool():
 
 
 def test_the_queue_hears_each_conversations_final_length():
-    agent, backend, queue = _agent(), _vllm(cap=2), RolloutQueue()
-    rows = sorted(SCRIPT)
-    queue.load(0, len(rows), 1, cap=2)
-    seen = []
-    source = _source(queue, rows)
-    request = source.request
+    rows, seen = sorted(SCRIPT), []
 
-    def spy(want, progress=None):
-        def kept():
-            report = progress()
-            seen.extend(report)
-            return report
-        return request(want, kept if progress else None)
+    def spying(source):
+        request = source.request
 
-    source.request = spy
-    try:
-        served = serve_conversations(backend, agent, source, None, seed_of, EOS)
-    finally:
-        agent.close()
+        def spy(want, progress=None):
+            def kept():
+                report = progress()
+                seen.extend(report)
+                return report
+            return request(want, kept if progress else None)
+        source.request = spy
+        return source
+
+    _, _, served = _serve_vllm(rows, cap=2, source_of=spying)
     final = {p: n for p, n, state in seen if state == COMPLETE}
     for position, row in enumerate(rows):
         if position in final:  # reported with a later take: the whole response, tool tokens included
@@ -239,14 +240,8 @@ def test_turn_seeds_differ_per_turn_and_keep_turn_zero():
 def test_a_conversation_waiting_on_its_tool_frees_its_engine_slot():
     # one slot; row 2 comes first and waits on a tool that answers only after five more engine steps: the engine
     # must take other rows into the freed slot meanwhile (counting the waiting row as live, it would idle)
-    agent, backend, queue = _agent(), _vllm(cap=1), RolloutQueue()
     rows = [2, 1, 0, 3, 4, 5]
-    queue.load(0, len(rows), 1, cap=1)
-    Clock.steps = 0
-    try:
-        served = serve_conversations(backend, agent, _source(queue, rows), None, seed_of, EOS)
-    finally:
-        agent.close()
+    _, _, served = _serve_vllm(rows, cap=1)
     text = TOK.decode(served.responses[served.rows.index(2)].tolist())
     assert "after " in text and "the engine never stepped" not in text
     assert sorted(served.rows) == sorted(rows)
