@@ -120,13 +120,13 @@ def test_calls_of_a_turn_run_at_once_up_to_max_parallel_the_rest_are_skipped():
 
     async def meet(args):  # each call waits until the other started: run one by one, both would time out
         started.append(args["i"])
-        for _ in range(2000):
+        for _ in range(6000):
             if len(started) >= 2:
                 return f"met {args['i']}"
             await asyncio.sleep(0.01)
         return "alone"
 
-    runner = ToolRunner({"meet": Tool(meet)}, timeout=60, max_parallel=2)
+    runner = ToolRunner({"meet": Tool(meet)}, timeout=120, max_parallel=2)
     try:
         out = _run(runner, [_call("meet", i=0), _call("meet", i=1), _call("meet", i=2)])
     finally:
