@@ -11,7 +11,7 @@ import ast
 import re
 
 from mindspeed_rl.tools.sandbox_fusion_tool import SandboxFusionTool
-from mindspeed_rl.tools.schemas import OpenAIFunctionToolSchema
+from mindspeed_rl.tools.schemas import OpenAIFunctionToolSchema, function_tool_schema
 
 FENCE = re.compile(r"```(?:python3?|py)[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -43,13 +43,8 @@ def print_last_expression(code: str) -> str:
 class ReTool(SandboxFusionTool):
     @classmethod
     def default_tool_schema(cls) -> OpenAIFunctionToolSchema:
-        return OpenAIFunctionToolSchema.model_validate({
-            "type": "function",
-            "function": {
-                "name": "code_interpreter",
-                "description": "Runs Python code and returns what it prints.",
-                "parameters": {"type": "object", "required": ["code"], "properties": {
-                    "code": {"type": "string", "description": "The Python code to run."}}}}})
+        return function_tool_schema("code_interpreter", "Runs Python code and returns what it prints.",
+                                    code=("string", "The Python code to run."))
 
     def prepare_code(self, code: str) -> str:
         return print_last_expression(extract_fenced_code(code))

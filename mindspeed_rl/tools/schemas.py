@@ -39,6 +39,14 @@ class OpenAIFunctionToolSchema(BaseModel):
     function: OpenAIFunctionSchema
 
 
+def function_tool_schema(name: str, description: str, **arguments: Tuple[str, str]) -> OpenAIFunctionToolSchema:
+    """A function tool's schema whose every argument is required: ``arguments``: name -> (JSON type, meaning)."""
+    return OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "required": list(arguments), "properties": {
+            arg: {"type": kind, "description": meaning} for arg, (kind, meaning) in arguments.items()}}}})
+
+
 class OpenAIFunctionParsedSchema(BaseModel):
     """A call as parsed from the model's text: ``arguments`` is still a JSON string."""
     name: str

@@ -18,7 +18,7 @@ import time
 from typing import Any, Dict, Tuple
 
 from mindspeed_rl.tools.base_tool import BaseTool
-from mindspeed_rl.tools.schemas import OpenAIFunctionToolSchema
+from mindspeed_rl.tools.schemas import OpenAIFunctionToolSchema, function_tool_schema
 from mindspeed_rl.tools.utils.concurrency import ConcurrencyLimit, global_limit, limited
 from mindspeed_rl.tools.utils.search_api import call_search_api, error_text, results_text
 from mindspeed_rl.tools.utils.search_corpus import LocalCorpus
@@ -52,13 +52,8 @@ class SearchTool(BaseTool):
 
     @classmethod
     def default_tool_schema(cls) -> OpenAIFunctionToolSchema:
-        return OpenAIFunctionToolSchema.model_validate({
-            "type": "function",
-            "function": {
-                "name": "search",
-                "description": "Searches documents for each query and returns the best matches.",
-                "parameters": {"type": "object", "required": ["query_list"], "properties": {
-                    "query_list": {"type": "array", "description": "The queries, one string each."}}}}})
+        return function_tool_schema("search", "Searches documents for each query and returns the best matches.",
+                                    query_list=("array", "The queries, one string each."))
 
     async def execute(self, instance_id: str, parameters: Dict[str, Any], **kwargs) -> Tuple[str, float, dict]:
         query_list = parameters.get("query_list")

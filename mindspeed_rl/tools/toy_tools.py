@@ -3,7 +3,7 @@ to every tool of a conversation as ``ground_truth`` when it starts, so only a mo
 from typing import Any, Dict, Optional
 
 from mindspeed_rl.tools.base_tool import BaseTool
-from mindspeed_rl.tools.schemas import OpenAIFunctionToolSchema
+from mindspeed_rl.tools.schemas import OpenAIFunctionToolSchema, function_tool_schema
 
 
 class SecretTool(BaseTool):
@@ -15,8 +15,7 @@ class SecretTool(BaseTool):
 
     @classmethod
     def default_tool_schema(cls) -> OpenAIFunctionToolSchema:
-        return OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
-            "name": "secret", "description": "Tells the secret digit of this conversation."}})
+        return function_tool_schema("secret", "Tells the secret digit of this conversation.")
 
     def create(self, instance_id: Optional[str] = None, ground_truth: Optional[str] = None, **kwargs) -> str:
         instance_id = super().create(instance_id)
