@@ -28,6 +28,8 @@ class Conversation:
     tool_skipped: int = 0     # calls beyond max_parallel_calls in a turn (dropped, as upstream and verl do)
     tool_timeouts: int = 0    # calls past their deadline
     tool_seconds: float = 0.0  # wall time of its rounds
+    engine: Optional[int] = None  # the rollout consumer that ran its last turn
+    moved: int = 0            # turns run on another consumer than the turn before (free routing)
     stop: Optional[str] = None  # why it ended (None: it goes on)
     ground_truth: Optional[str] = None  # the row's label, given to its tools when they start (create)
 
@@ -64,4 +66,4 @@ class Conversation:
     def stats(self) -> dict:
         return {"turns": self.turns, "tool_rounds": self.tool_rounds, "tool_calls": self.tool_calls,
                 "tool_errors": self.tool_errors, "tool_timeouts": self.tool_timeouts, "tool_skipped": self.tool_skipped,
-                "tool_seconds": self.tool_seconds, "stop": self.stop}
+                "tool_seconds": self.tool_seconds, "moved": self.moved, "stop": self.stop}

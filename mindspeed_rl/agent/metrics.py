@@ -15,6 +15,7 @@ def turn_counts(served) -> Dict[str, float]:
            "tool_errors": sum(s["tool_errors"] for s in stats), "tool_timeouts": sum(s["tool_timeouts"] for s in stats),
            "tool_skipped": sum(s["tool_skipped"] for s in stats),
            "tool_seconds": sum(s["tool_seconds"] for s in stats),
+           "turns_moved": sum(s.get("moved", 0) for s in stats),
            # the engine had nothing to run while it waited on tools
            "engine_tool_wait_seconds": served.tool_wait,
            "tokens": tokens, "tool_tokens": tokens - sum(int(m.sum()) for m in masks)}
@@ -48,6 +49,8 @@ def turn_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
            f"{PREFIX}tool_calls_skipped": total.get("tool_skipped", 0.0),
            f"{PREFIX}tool_seconds": total.get("tool_seconds", 0.0),
            f"{PREFIX}engine_tool_wait_seconds": total.get("engine_tool_wait_seconds", 0.0),
+           # free routing: the share of later turns (after a tool round) run on another engine than the turn before
+           f"{PREFIX}turns_moved_fraction": total.get("turns_moved", 0.0) / max(total.get("tool_rounds", 0.0), 1.0),
            f"{PREFIX}tool_token_fraction": total.get("tool_tokens", 0.0) / max(total.get("tokens", 0.0), 1.0)}
     out.update({f"{PREFIX}{k}": v / rows for k, v in total.items() if k.startswith("ended_")})
     return out

@@ -29,6 +29,7 @@ class MultiTurnSpec:
     truncate_side: str             # which part of a long answer is kept: left (start), right (end), middle
     parser: str                    # tool-call format of the model's turns
     call_timeout: float            # seconds one tool call may take; past it the call is answered as timed out
+    routing: str = "sticky"        # which engine runs a conversation's next turn (ROUTINGS)
     tokenizer_path: str = ""       # the tokenizer the workers decode turns and render tool answers with
     trust_remote_code: bool = False
 
@@ -38,7 +39,13 @@ class MultiTurnSpec:
         return (f"multi-turn: tools {list(self.tool_names)} from {self.tool_config_path}; at most "
                 f"{self.max_tool_calls} tool rounds per row, {self.max_parallel_calls} calls per round, "
                 f"{self.call_timeout:g} s per call; responses up to {self.max_total_response_length} tokens "
-                f"(model and tool tokens; tool tokens do not train); {cut}; {self.parser} tool calls")
+                f"(model and tool tokens; tool tokens do not train); {cut}; {self.parser} tool calls; "
+                f"{self.routing} routing of the turn after a tool round")
+
+
+STICKY, FREE = "sticky", "free"
+ROUTINGS = (STICKY, FREE)
+DEFAULT_ROUTING = STICKY
 
 
 def _int(rl_config, key: str, low: int) -> int:
@@ -101,7 +108,9 @@ def multi_turn_spec(rl_config, generate_config, max_prompt_length: int, tokenize
                 truncate_side=_choice("tool_response_truncate_side", rl_config.tool_response_truncate_side,
                                       TRUNCATE_SIDES, "middle"),
                 parser=_choice("tool_parser_format", rl_config.tool_parser_format, ToolParser.known(), "hermes"),
-                call_timeout=float(timeout))
+                call_timeout=float(timeout),
+                routing=_choice("multi_turn_routing", getattr(rl_config, "multi_turn_routing", None), ROUTINGS,
+                                DEFAULT_ROUTING))
     try:
         names = load_tool_names(path)
     except ValueError as err:

@@ -177,6 +177,9 @@ class RLConfig(BaseConfig):
         max_total_response_length, max_tool_response_length, tool_response_truncate_side,
         tool_parser_format: upstream's multi-turn rollouts with tools (config_cls/multi_turn.py).
     tool_call_timeout (60.0): seconds one tool call may take before it is answered as timed out.
+    multi_turn_routing (None: config_cls/multi_turn.py's default): which vLLM engine runs a conversation's next
+        turn after its tool round: 'sticky' (the one that ran its earlier turns) or 'free' (the queue hands it to
+        the engine running fewest rows).
     seed (1234): seed of the RL-side random generators.
     """
 
@@ -298,6 +301,7 @@ class RLConfig(BaseConfig):
         self.max_failed_reward_iterations = 1
         self.max_all_rejected_iterations = 1
         self.tool_call_timeout = 60.0
+        self.multi_turn_routing = None
         self.seed = 1234
 
         self.update(config_dict)

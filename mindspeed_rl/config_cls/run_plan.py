@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 from mindspeed_rl.algorithms import ADV_ESTIMATORS
 from mindspeed_rl.algorithms.spec import AdvantageSpec
 from mindspeed_rl.config_cls import stages as table
-from mindspeed_rl.config_cls.multi_turn import MultiTurnSpec, multi_turn_spec
+from mindspeed_rl.config_cls.multi_turn import FREE, MultiTurnSpec, multi_turn_spec
 from mindspeed_rl.config_cls.partial_rollout import PartialSpec, partial_spec
 from mindspeed_rl.config_cls.rl_config import resource_size
 from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec, correction_spec
@@ -222,6 +222,11 @@ class RunPlan:
         if self.worker.rollout.backend == "vllm":
             return None, stage.rows_per_share
         return stage.rows_per_share, None
+
+    @property
+    def rollout_handoff(self) -> bool:
+        """The rollout queue routes a conversation's next turn to any engine (rl_config.multi_turn_routing=free)."""
+        return self.multi_turn is not None and self.multi_turn.routing == FREE
 
     def _queue_summary(self, stage: "StagePlan") -> str:
         chunk, cap = self.rollout_takes(stage)
@@ -508,6 +513,15 @@ def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec):
                                      actor_config.tokenizer_name_or_path or "", spec.engine.trust_remote_code)
     except ValueError as err:
         raise PlanError(str(err)) from None
+    if multi_turn is not None and multi_turn.routing == FREE and (spec.rollout.backend != "vllm"
+                                                                  or rl_config.guarantee_order):
+        raise PlanError(f"rl_config.multi_turn_routing='free' hands a conversation's next turn to another vLLM engine "
+                        f"through the rollout queue; this run "
+                        + ("uses transformers generate, which runs a take's turns together (set "
+                           "generate_config.rollout_backend=vllm, or multi_turn_routing=sticky)"
+                           if spec.rollout.backend != "vllm" else
+                           "serves fixed shares (rl_config.guarantee_order=true): set guarantee_order=false, or "
+                           "multi_turn_routing=sticky"))
     if correction.on:
         if spec.rollout.logprobs is None:
             raise PlanError("rl_config.rollout_correction needs the rollout engine's log-probs: set "

@@ -23,6 +23,13 @@ A round may stop early (partial rollout's ``async_engine``; ``StopRule``): consu
 complete or cut (a third progress field), and once ``need`` of the round's groups have every row complete the
 queue hands out only the rows that must still run (their last allowed pass); the rest are never served.
 
+Free routing of multi-turn rows (``handoff``): a consumer hands back the conversations whose tool round finished
+with its next take (``turns``), and every take hands out such turns before fresh rows: to each consumer at most its
+share of the running and ready turns (``ceil((running + ready) / consumers)`` less the rows it runs, as its last
+report said), so a conversation's next turn goes to the engine that runs fewest rows, not back to the one that ran
+its earlier turns. Such a round ends when every row is reported complete (``Take.left`` counts the rows not complete),
+not when the fresh rows are out: an idle consumer asks again for turns still to come.
+
 A take is keyed by ``(consumer, seq)``: asking again with the same key returns the same rows. Tensor-parallel
 peers that must generate together (a TP-sharded model's generate is a collective) ask as one consumer and so
 get the same rows in the same order; a repeated request after a lost reply is answered, not served twice.
@@ -34,7 +41,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 
-RUNNING, CUT, COMPLETE = 0, 1, 2  # a progress report's third field: the row's state
+RUNNING, CUT, COMPLETE, WAITING = 0, 1, 2, 3  # a progress report's third field: the row's state (WAITING: on its tool)
 
 
 class StopRule(NamedTuple):
@@ -48,14 +55,15 @@ class StopRule(NamedTuple):
 
 class Take(list):
     """The positions of one take, and ``left``: how many rows the queue still held when it was answered (0: the
-    round is drained; the taker need not ask again)."""
+    round is drained; the taker need not ask again). With ``handoff``: ``turns``, the (position, state) of the
+    conversations handed to this taker for their next turn, and ``left`` counts the round's rows not complete."""
 
-    def __init__(self, positions, left: int):
+    def __init__(self, positions, left: int, turns=(), handoff: bool = False):
         super().__init__(positions)
-        self.left = left
+        self.left, self.turns, self.handoff = left, list(turns), handoff
 
     def __reduce__(self):
-        return Take, (list(self), self.left)
+        return Take, (list(self), self.left, self.turns, self.handoff)
 
 
 def _positive(name: str, value, optional: bool = False) -> None:
@@ -74,14 +82,15 @@ class RolloutQueue:
 
     def load(self, key, rows: int, consumers: int, chunk: Optional[int] = None, cap: Optional[int] = None,
              groups: Optional[Sequence[int]] = None, prior: Optional[Sequence[float]] = None,
-             first: Optional[int] = None, stop: Optional[StopRule] = None) -> Dict[int, "Take"]:
+             first: Optional[int] = None, stop: Optional[StopRule] = None,
+             handoff: bool = False) -> Dict[int, "Take"]:
         """Start round ``key`` of ``rows`` rows (positions 0 .. rows-1) for ``consumers`` consumers; the last
         round is forgotten. ``chunk``: fixed chunks of that many rows; else continuous takes of at most ``cap``
         rows, longest expected first: ``groups[p]`` is position p's group (default: one group per row),
         ``prior[p]`` its group's expected length (NaN: unknown). With ``first`` (the engines' free slots at the
         start), every consumer's first take is answered now, in consumer order, and returned (each with the
         rows left after them all): the engines start without asking. ``stop``: the round may end before every
-        row is served (``StopRule``)."""
+        row is served (``StopRule``). ``handoff``: free routing of multi-turn rows (continuous takes only)."""
         _positive("rows", rows)
         _positive("consumers", consumers)
         _positive("chunk", chunk, optional=True)
@@ -94,6 +103,8 @@ class RolloutQueue:
                 raise ValueError(f"rollout queue: {name} has {values.size} entries for {rows} rows")
         if groups.size and groups.min() < 0:
             raise ValueError("rollout queue: group ids must be >= 0")
+        if handoff and chunk is not None:
+            raise ValueError("rollout queue: handoff (free routing of turns) needs continuous takes, not chunks")
         self.key, self.rows, self.consumers, self.chunk, self.cap = key, rows, consumers, chunk, cap
         self.left = rows
         self._takes, self._next = {}, {}
@@ -110,6 +121,11 @@ class RolloutQueue:
         self._seen = np.full(seen_at.size, np.nan)      # longest length reported for a row of the group
         self._out = np.zeros(seen_at.size, dtype=bool)  # a row of the group was handed out
         self._stop = None
+        self.handoff = bool(handoff)
+        self._ready: List[tuple] = []                     # (position, state): turns handed back, oldest first
+        self._running = np.zeros(consumers, dtype=np.int64)  # rows each consumer runs, by its last report
+        self._finished = np.zeros(rows, dtype=bool)          # rows reported complete
+        self.open = rows                                   # rows neither complete nor dropped by the stop rule
         if stop is not None:
             sure, must = (np.asarray(v, dtype=bool).reshape(-1) for v in (stop.sure, stop.must))
             if sure.size != rows or must.size != rows:
@@ -123,17 +139,21 @@ class RolloutQueue:
     def _first_takes(self, want: int) -> Dict[int, "Take"]:
         takes = {c: self.take(self.key, c, 0, want) for c in range(self.consumers)}
         for take in takes.values():
-            take.left = self.left
+            take.left = self._left()
         return takes
+
+    def _left(self) -> int:
+        return self.open if self.handoff else self.left
 
     # ------------------------------------------------------------ taking
 
     def take(self, key, consumer: int, seq: int, want: int,
-             progress: Optional[Sequence[Tuple[int, int]]] = None) -> "Take":
+             progress: Optional[Sequence[Tuple[int, int]]] = None, turns: Optional[Sequence[tuple]] = None) -> "Take":
         """Positions for ``consumer``'s ``seq``-th take of round ``key`` (``want``: the engine's free slots; a
         chunked queue hands whole chunks whatever ``want`` is). ``progress``: (position, tokens) of rows the
         consumer runs or finished, the evidence for their groups. Empty once the queue is drained; ``left`` of
-        the answer says how many rows the queue still holds."""
+        the answer says how many rows the queue still holds. ``turns``: (position, state) of conversations the
+        consumer hands back for their next turn (``handoff`` rounds only)."""
         if self.key is None or key != self.key:
             raise ValueError(f"rollout queue: a take for round {key!r}, but the queue holds "
                              + (f"round {self.key!r}" if self.key is not None else "no round"))
@@ -145,9 +165,22 @@ class RolloutQueue:
         if seq != self._next.get(consumer, 0):
             raise ValueError(f"rollout queue: consumer {consumer} asked for take {seq}, expected take "
                              f"{self._next.get(consumer, 0)}")
-        self.report(progress)
+        if turns and not self.handoff:
+            raise ValueError(f"rollout queue: consumer {consumer} handed back {len(turns)} turn(s), but round "
+                             f"{key!r} routes turns to the engine that holds them (no handoff)")
+        for position, _ in turns or ():
+            self._check_position(position)
+        self.report(progress, consumer)
+        self._ready.extend(tuple(t) for t in turns or ())
         if self._stop is not None and self.stopped:
             self._drop_optional()
+        if self.handoff:
+            handed = self._hand_turns(consumer, int(want))
+            want = int(want) - len(handed)
+            if want <= 0 or not self.left:
+                take = self._takes[(consumer, seq)] = Take([], self._left(), handed, True)
+                self._next[consumer] = seq + 1
+                return take
         if self.chunk is not None:  # the untaken rows in position order (consecutive unless a stop dropped some)
             rows = sorted(p for members in self._members for p in members)[:self.chunk]
         else:
@@ -156,13 +189,36 @@ class RolloutQueue:
             n = min(max(int(want), 1), math.ceil(self.left / sharing), self.cap or self.left)
             rows = self._best(sharing * n)[::sharing][:n] if consumer not in self._next else self._best(n)
         self._remove(rows)
-        take = self._takes[(consumer, seq)] = Take(rows, self.left)
+        if self.handoff:
+            self._running[consumer] += len(rows)
+            take = Take(rows, self._left(), handed, True)
+        else:
+            take = Take(rows, self.left)
+        self._takes[(consumer, seq)] = take
         self._next[consumer] = seq + 1
         return take
 
-    def report(self, progress: Optional[Sequence[Tuple[int, int]]]) -> None:
-        """Evidence: row ``position`` has made ``tokens`` tokens (so far, or in all)."""
+    def _check_position(self, position) -> None:
+        if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not 0 <= position < self.rows:
+            raise ValueError(f"rollout queue: a handed-back turn names position {position!r}, outside "
+                             f"[0, {self.rows})")
+
+    def _hand_turns(self, consumer: int, want: int) -> List[tuple]:
+        """The ready turns for ``consumer``: at most ``want`` and its share, oldest first."""
+        if want <= 0 or not self._ready:
+            return []
+        share = math.ceil((int(self._running.sum()) + len(self._ready)) / self.consumers)
+        count = min(want, len(self._ready), max(share - int(self._running[consumer]), 0))
+        handed, self._ready = self._ready[:count], self._ready[count:]
+        self._running[consumer] += count
+        return handed
+
+    def report(self, progress: Optional[Sequence[Tuple[int, int]]], consumer: Optional[int] = None) -> None:
+        """Evidence: row ``position`` has made ``tokens`` tokens (so far, or in all); with a third field its state
+        (RUNNING, CUT, COMPLETE, WAITING). With ``consumer`` (handoff rounds), its RUNNING rows are its load."""
         if not progress:
+            if consumer is not None and self.handoff and progress is not None:
+                self._running[consumer] = 0  # an empty report: it runs nothing
             return
         width = len(progress[0])
         data = np.asarray(progress, dtype=np.float64).reshape(-1, width)
@@ -170,6 +226,13 @@ class RolloutQueue:
         if positions.min() < 0 or positions.max() >= self.rows:
             bad = int(positions[(positions < 0) | (positions >= self.rows)][0])
             raise ValueError(f"rollout queue: progress names position {bad}, outside [0, {self.rows})")
+        if self.handoff and width > 2:
+            state = data[:, 2].astype(np.int64)
+            fresh = np.unique(positions[(state == COMPLETE) & ~self._finished[positions]])
+            self._finished[fresh] = True
+            self.open -= int(fresh.size)
+            if consumer is not None:
+                self._running[consumer] = int((state == RUNNING).sum())
         groups = self._group[positions]
         seen = np.where(np.isnan(self._seen), -np.inf, self._seen)
         np.maximum.at(seen, groups, data[:, 1])
@@ -188,6 +251,7 @@ class RolloutQueue:
         for g, members in enumerate(self._members):
             kept = [p for p in members if self._stop.must[p]]
             self.left -= len(members) - len(kept)
+            self.open -= len(members) - len(kept)
             self._members[g] = kept
 
     def expected(self) -> np.ndarray:
@@ -235,30 +299,35 @@ class Rows(NamedTuple):
     positions: List[int]
     ids: List[int]
     inputs: Dict[str, list]
+    turns: List[tuple] = []  # handoff: (position, state) of conversations handed over for their next turn
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.ids) + len(self.turns)
 
 
 def rows_of(positions: Take, order, inputs: Dict[str, list], source) -> Rows:
     """The rows at ``positions`` of the queue order: their ids and their inputs; an empty take, or one after
-    which the queue held nothing (``Take.left``), marks ``source`` drained."""
-    if not positions or positions.left == 0:
+    which the queue held nothing (``Take.left``), marks ``source`` drained (a handoff round: only the latter;
+    ``source.handoff`` says the round routes turns freely)."""
+    handoff = getattr(positions, "handoff", False)
+    source.handoff = handoff
+    if positions.left == 0 or (not positions and not handoff):
         source.drained = True
     return Rows(list(positions), [int(order[p]) for p in positions],
-                {c: [v[p] for p in positions] for c, v in inputs.items()})
+                {c: [v[p] for p in positions] for c, v in inputs.items()}, list(getattr(positions, "turns", [])))
 
 
 class LocalSource:
     """A consumer's end of a queue in this process (a worker's is ``workers.rollout_source.RaySource``):
-    ``request(want, progress)`` asks for rows (``progress``: a callable giving the (position, tokens) evidence,
-    called only when a request goes out), ``poll(block)`` returns the answer's ``Rows`` (None while none is
-    ready, empty once the queue is drained)."""
+    ``request(want, progress, turns)`` asks for rows (``progress``: a callable giving the (position, tokens)
+    evidence, called only when a request goes out; ``turns``: conversations handed back, handoff rounds) and says
+    whether it went out, ``poll(block)`` returns the answer's ``Rows`` (None while none is ready, empty once the
+    queue is drained)."""
 
     def __init__(self, queue: RolloutQueue, consumer: int, order, inputs: Dict[str, list], first=None):
         """``first``: this consumer's first take, answered when the queue was loaded (``RolloutQueue.load``)."""
         self.queue, self.consumer, self.order, self.inputs = queue, consumer, order, inputs
-        self.seq, self.drained = 0, False
+        self.seq, self.drained, self.handoff = 0, False, False
         self._asked: Optional[tuple] = None
         self._first = first
 
@@ -267,9 +336,11 @@ class LocalSource:
         """A request is out and not yet read."""
         return self._asked is not None
 
-    def request(self, want: int, progress=None) -> None:
-        if self._asked is None and self._first is None and not self.drained and want > 0:
-            self._asked = (int(want), progress() if progress else None)
+    def request(self, want: int, progress=None, turns=None) -> bool:
+        if self._asked is None and self._first is None and not self.drained and (want > 0 or turns):
+            self._asked = (max(int(want), 0), progress() if progress else None, list(turns or ()))
+            return True
+        return False
 
     def poll(self, block: bool = False):
         if self._first is not None:  # the first take came with the round
@@ -278,9 +349,9 @@ class LocalSource:
         if self._asked is None:
             if not block or self.drained:
                 return None
-            self._asked = (1, None)
-        want, progress = self._asked
-        positions = self.queue.take(self.queue.key, self.consumer, self.seq, want, progress)
+            self._asked = (1, None, [])
+        want, progress, turns = self._asked
+        positions = self.queue.take(self.queue.key, self.consumer, self.seq, want, progress, turns or None)
         self.seq, self._asked = self.seq + 1, None
         return rows_of(positions, self.order, self.inputs, self)
 

@@ -22,7 +22,7 @@ class RaySource:
         ``first``: this consumer's first take, answered when the queue was loaded (read without a call)."""
         self.queue, self.key, self.consumer = queue, key, consumer
         self.order, self.inputs, self.deadline, self.clock = order, inputs, deadline, clock
-        self.seq, self.drained = 0, False
+        self.seq, self.drained, self.handoff = 0, False, False
         self._ref: Optional[ray.ObjectRef] = None
         self._first = first
 
@@ -31,13 +31,15 @@ class RaySource:
         """A take is in flight."""
         return self._ref is not None
 
-    def request(self, want: int, progress=None) -> None:
+    def request(self, want: int, progress=None, turns=None) -> bool:
         """Ask for at most ``want`` rows (``progress``: a callable giving the (position, tokens) evidence,
-        called only when a take goes out); nothing while a take is in flight, the first take is unread, or
-        once drained."""
-        if self._ref is None and self._first is None and not self.drained and want > 0:
-            self._ref = self.queue.take.remote(self.key, self.consumer, self.seq, int(want),
-                                               progress() if progress else None)
+        called only when a take goes out; ``turns``: conversations handed back, handoff rounds); nothing while a
+        take is in flight, the first take is unread, or once drained. Says whether the take went out."""
+        if self._ref is None and self._first is None and not self.drained and (want > 0 or turns):
+            self._ref = self.queue.take.remote(self.key, self.consumer, self.seq, max(int(want), 0),
+                                               progress() if progress else None, list(turns) if turns else None)
+            return True
+        return False
 
     def poll(self, block: bool = False):
         if self._first is not None:  # the first take came with the round

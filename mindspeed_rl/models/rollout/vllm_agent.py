@@ -1,7 +1,12 @@
 """Multi-turn rollout on vLLM's continuous batching: every model turn is a request; a turn that makes tool calls
 leaves the engine while its round runs beside it (agent/tool_runner.py), and the conversation's next turn joins
 the running engine between steps once the answers are in. The engine keeps stepping the other rows and keeps
-taking rows from the queue meanwhile, so it waits only when every row it holds is waiting on a tool."""
+taking rows from the queue meanwhile, so it waits only when every row it holds is waiting on a tool.
+
+Routing of the next turn: sticky (the engine that ran the conversation's earlier turns runs the next) unless the
+queue's round hands turns off (``source.handoff``, rl_config.multi_turn_routing=free): then a conversation whose
+answers are in goes back to the queue with the engine's next take, and the queue hands it to the engine running
+fewest rows (utils/rollout_queue.py), which prefills its prompt and response so far."""
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Dict, List, Tuple
@@ -9,7 +14,9 @@ from typing import Dict, List, Tuple
 from mindspeed_rl.agent.conversation import Conversation
 from mindspeed_rl.models.rollout.agent_serve import finish, turn_seed
 from mindspeed_rl.models.rollout.results import Served
-from mindspeed_rl.utils.rollout_queue import RUNNING
+from mindspeed_rl.utils.rollout_queue import RUNNING, WAITING
+
+IDLE_POLL = 0.005  # seconds between asks of an engine with nothing to run while other engines hold conversations
 
 
 def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock=time.perf_counter) -> Served:
@@ -19,18 +26,32 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
     waiting: Dict[int, tuple] = {}  # row -> (conversation, the future of its tool round)
     meta: Dict[int, list] = {}      # row -> [position, prompt length, admitted at (s), admitted at (step), turns]
     finished: List[Tuple[int, int, int]] = []
+    outbox: List[tuple] = []  # free routing: (position, state) of conversations to hand back with the next take
     prefill, steps, begin = 0, 0, clock()
+    consumer = getattr(source, "consumer", 0)
 
     def progress():
         report = [(meta[c.row][0], len(c.tokens), RUNNING) for c, _ in live.values()]
-        report += [(meta[row][0], len(c.tokens), RUNNING) for row, (c, _) in waiting.items()] + finished
+        report += [(meta[row][0], len(c.tokens), WAITING) for row, (c, _) in waiting.items()] + finished
         finished.clear()
         return report
+
+    def hand_back(conv: Conversation) -> None:
+        position, prompt_length, admitted, _, turn = meta.pop(conv.row)
+        outbox.append((position, (conv, prompt_length, clock() - admitted, time.time(), turn)))
+
+    def take_over(position: int, state: tuple) -> int:
+        conv, prompt_length, age, sent, turn = state  # its age so far plus the time it spent in the queue
+        meta[conv.row] = [position, prompt_length, clock() - age - max(time.time() - sent, 0.0), steps, turn]
+        return submit(conv)
 
     def submit(conv: Conversation) -> int:
         turn = meta[conv.row][4]
         budget = agent.turn_budget(conv)
         rid = f"row{conv.row}t{turn}"
+        if conv.engine is not None and conv.engine != consumer:
+            conv.moved += 1
+        conv.engine = consumer
         prompt = conv.next_prompt()
         engine.add_request(rid, {"prompt_token_ids": prompt.tolist()},
                            backend._params(sampling, turn_seed(seed_of(conv.row), turn), eos_id, budget))
@@ -43,8 +64,9 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
         finish(out, conv, position, prompt_length, clock() - admitted, finished)
 
     while True:
-        if len(live) < cap:  # a conversation waiting on its tool holds no slot
-            source.request(cap - len(live), progress)
+        if len(live) < cap or outbox:  # a conversation waiting on its tool holds no slot
+            if source.request(cap - len(live), progress, outbox):
+                outbox = []
         got = source.poll(block=not live and not waiting)
         if got:
             now = clock()
@@ -53,12 +75,16 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
                 conv = agent.start(row, prompt, label)
                 meta[row] = [position, len(conv.prompt), now, steps, 0]
                 prefill += submit(conv)
+            for position, state in got.turns:  # free routing: turns of conversations other engines began
+                prefill += take_over(position, state)
         for row in [r for r, (_, f) in waiting.items() if f.done()]:  # answers in: the next turn joins
             conv, future = waiting.pop(row)
-            if agent.after_tools(conv, future):
-                prefill += submit(conv)
-            else:
+            if not agent.after_tools(conv, future):
                 done(conv)
+            elif source.handoff:
+                hand_back(conv)
+            else:
+                prefill += submit(conv)
         if not live:
             if waiting:  # every row this engine holds waits on a tool
                 start = clock()
@@ -67,6 +93,8 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
                 continue
             if source.drained:
                 break
+            if got is not None and not got and not outbox:  # others still hold conversations: ask again soon
+                time.sleep(IDLE_POLL)
             continue
         count, start = len(live), clock()
         outputs = [o for o in engine.step() if o.finished]

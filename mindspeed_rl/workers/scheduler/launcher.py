@@ -276,7 +276,7 @@ class RayActorGroup(UpstreamGroupIO):
         # every engine's first take is answered with the load (an engine starts with max_num_seqs free slots)
         firsts = ray.get(queue.load.remote(key, len(queued.order), self.run_plan.rollout_consumers, chunk, cap,
                                            queued.groups, queued.prior, self.run_plan.worker.rollout.max_num_seqs,
-                                           stop=queued.stop),
+                                           stop=queued.stop, handoff=self.run_plan.rollout_handoff),
                          timeout=self.stage_timeout)
         shared = ray.put(queued.batch)
         replies = self._wait([actor.run_queued_stage.remote(group, queued.order, shared, queue, key, firsts=firsts,

@@ -214,12 +214,12 @@ def test_the_queue_hears_each_conversations_final_length():
     def spying(source):
         request = source.request
 
-        def spy(want, progress=None):
+        def spy(want, progress=None, turns=None):
             def kept():
                 report = progress()
                 seen.extend(report)
                 return report
-            return request(want, kept if progress else None)
+            return request(want, kept if progress else None, turns)
         source.request = spy
         return source
 
@@ -258,3 +258,120 @@ def test_the_iteration_line_says_the_turns_and_the_tools():
                                "engine_idle_on_tools=0.25s")
     assert StageTableTrainer._summary(3, dict(m, **{"reward/mean": 0.5})).endswith(turn_summary(m))
     assert turn_summary({"reward/mean": 0.5}) == ""
+
+
+class HandoffSource:
+    """A consumer's end of a free-routing round, scripted: ``answers`` are its first takes, in order, then empty
+    takes until ``ends(requests)`` says the round is over (every request (want, progress, turns) is recorded)."""
+    handoff = True
+
+    def __init__(self, consumer, answers, rows, ends, prompts=None):
+        self.consumer, self.answers, self.requests, self.drained = consumer, list(answers), [], False
+        self.ends, self.empty = ends, 0
+        self.rows = rows
+        self.prompts = prompts or {r: torch.tensor(TOK.encode(f"Question {r}:", add_special_tokens=False))
+                                   for r in rows}
+        self._asked = False
+
+    def request(self, want, progress=None, turns=None):
+        if self._asked or self.drained:
+            return False
+        self.requests.append((want, progress() if progress else None, list(turns or ())))
+        self._asked = True
+        return True
+
+    def poll(self, block=False):
+        from mindspeed_rl.utils.rollout_queue import Rows
+        if not self._asked:
+            return None
+        self._asked = False
+        answer = self.answers.pop(0) if self.answers else (
+            ("drained",) if self.ends(self.requests) else ("take", [], []))
+        self.empty += not answer[1:] or not (answer[1] or answer[2])
+        if self.empty > 2000:  # each empty take is followed by a short sleep: seconds, never a hang
+            raise TimeoutError(f"consumer {self.consumer}: the round never ended")
+        if answer[0] == "drained":
+            self.drained = True
+            return Rows([], [], {"prompts": []})
+        _, fresh, turns = answer
+        if turns == "handed":  # give back whatever this consumer handed in its last request
+            turns = self.requests[-1][2]
+        return Rows(list(fresh), [self.rows[p] for p in fresh], {"prompts": [self.prompts[self.rows[p]] for p in fresh]},
+                    list(turns))
+
+
+def test_free_routing_hands_a_conversation_back_after_its_tool_round_and_another_engine_finishes_it():
+    rows = [0]  # row 0: a tool call, the answer, then a final turn
+    agent, backend = _agent(), _vllm(cap=4)
+    Clock.steps = 0
+    first = HandoffSource(0, [("take", [0], [])], rows, ends=lambda asked: any(t for _, _, t in asked))
+    try:
+        served = serve_conversations(backend, agent, first, None, seed_of, EOS)
+    finally:
+        agent.close()
+    handed = [t for _, _, turns in first.requests for t in turns]
+    assert served.rows == [] and len(handed) == 1  # it ran turn 0 only; the next turn went back to the queue
+    position, state = handed[0]
+    conv = state[0]
+    assert position == 0 and conv.row == 0 and conv.turns == 1 and conv.tool_rounds == 1 and conv.engine == 0
+    assert [(r, t) for r, t, _ in backend.llm.llm_engine.admitted] == [(0, 0)]
+    mask_before = list(conv.mask)
+    # another engine (consumer 1) takes the turn over: it runs turn 1 with turn 1's seed and ends the row
+    agent, other = _agent(), _vllm(cap=4)
+    second = HandoffSource(1, [("take", [], handed)], rows, ends=lambda asked: any(
+        s == COMPLETE for _, report, _ in asked for _, _, s in report or []))
+    try:
+        served = serve_conversations(other, agent, second, None, seed_of, EOS)
+    finally:
+        agent.close()
+    assert [(r, t) for r, t, _ in other.llm.llm_engine.admitted] == [(0, 1)]
+    assert served.rows == [0] and served.turn_stats[0]["moved"] == 1 and served.turn_stats[0]["turns"] == 2
+    assert TOK.decode(served.responses[0].tolist()) == SCRIPT[0][0] + TOK.decode(agent.block.ids(["3"])) + SCRIPT[0][1]
+    assert served.masks[0].tolist() == mask_before + [1] * len(_turn_tokens(0, 1))
+    assert served.latency[0] >= state[2]  # its age on the first engine counts
+    assert turn_counts(served)["multi_turn/count/turns_moved"] == 1.0
+    # the engine reported the row complete with its next ask
+    assert any(p == 0 and s == COMPLETE for _, report, _ in second.requests for p, _, s in report or [])
+
+
+def test_free_routing_on_two_engines_makes_the_same_conversations_as_sticky():
+    import threading
+    rows = sorted(SCRIPT)
+    _, _, sticky = _serve_vllm(rows, cap=2)
+    reference = {r: (sticky.responses[i].tolist(), sticky.masks[i].tolist(), sticky.turn_stats[i]["turns"])
+                 for i, r in enumerate(sticky.rows)}
+    queue, lock = RolloutQueue(), threading.Lock()
+    queue.load(0, len(rows), 2, cap=2, handoff=True)
+    take = queue.take
+
+    def locked(*args, **kwargs):
+        with lock:
+            return take(*args, **kwargs)
+    queue.take = locked
+    Clock.steps = 0
+    results, errors = {}, []
+
+    def engine(consumer):
+        agent, backend = _agent(), _vllm(cap=2)
+        source = _source(queue, rows)
+        source.consumer = consumer
+        try:
+            results[consumer] = serve_conversations(backend, agent, source, None, seed_of, EOS)
+        except BaseException as err:  # noqa: BLE001  (reported by the test)
+            errors.append(err)
+        finally:
+            agent.close()
+    threads = [threading.Thread(target=engine, args=(c,)) for c in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and all(not t.is_alive() for t in threads)
+    made = {}
+    for served in results.values():
+        for i, r in enumerate(served.rows):
+            assert r not in made  # every row once
+            made[r] = (served.responses[i].tolist(), served.masks[i].tolist(), served.turn_stats[i]["turns"])
+    # row 2's slow tool says how many engine steps it waited: timing, not routing
+    assert {r: v for r, v in made.items() if r != 2} == {r: v for r, v in reference.items() if r != 2}
+    assert made[2][1:][1] == reference[2][1:][1] and "after " in TOK.decode(made[2][0])

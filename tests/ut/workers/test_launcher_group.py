@@ -4,6 +4,7 @@ checked: the actor options per accelerator, the start sequence, results in rank 
 failing or silent rank ends a command with, the pick of the root cause, and the teardown.
 The real Ray runs in test_launcher.py and test_worker_faults.py."""
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import ray
@@ -524,6 +525,12 @@ def test_a_queued_stage_loads_the_groups_queue_and_every_rank_takes_from_it(monk
     queue = group.queue.obj
     assert (queue.consumers, queue.chunk, queue.cap) == (4, None, 2)
     assert list(queue.expected()) == [3.0, 3.0]  # two groups; group 0's prior, group 1 at the mean of the known
+    assert not queue.handoff
+    # free routing of multi-turn rows: the queue is loaded to take turns back
+    routed = dataclasses.replace(plan, worker=spec, multi_turn=SimpleNamespace(routing="free"))
+    group = launcher.RayActorGroup(Queued, routed)
+    group.run_queued_stage(stage, queued)
+    assert group.queue.obj.handoff
 
 
 

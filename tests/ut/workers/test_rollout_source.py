@@ -76,7 +76,7 @@ def test_a_take_goes_out_once_and_is_read_without_waiting(fake_ray):
     assert not source.waiting and sent == []
     source.request(3, progress=lambda: sent.append("sent") or [(0, 1)])
     source.request(3, progress=lambda: sent.append("again") or [])
-    assert handle.calls == [(7, 1, 0, 3, [(0, 1)])] and sent == ["sent"] and source.waiting
+    assert handle.calls == [(7, 1, 0, 3, [(0, 1)], None)] and sent == ["sent"] and source.waiting
     assert source.poll(block=False) is None and fake_ray == [0]  # looked at, not waited for
     source._ref.ready = True  # the answer arrives
     got = source.poll(block=False)  # a first take: every second row of the best four (two consumers)
@@ -90,7 +90,7 @@ def test_a_blocking_poll_asks_by_itself_and_marks_the_end(fake_ray):
     handle = Handle(queue)
     source = _source(handle)
     assert source.poll(block=True).ids == [10, 11, 12]
-    assert handle.calls[-1] == (7, 1, 0, 1, None)  # a bare blocking poll asks for one row
+    assert handle.calls[-1] == (7, 1, 0, 1, None, None)  # a bare blocking poll asks for one row
     queue.take(7, 0, 0, 1)  # the other consumer took the last chunk
     assert len(source.poll(block=True)) == 0 and source.drained
     source.request(4)
