@@ -18,6 +18,9 @@ def turn_counts(served) -> Dict[str, float]:
            "turns_moved": sum(s.get("moved", 0) for s in stats),
            # the engine had nothing to run while it waited on tools
            "engine_tool_wait_seconds": served.tool_wait,
+           # seconds a row of the engine's waited on a tool, those of them the engine stepped, its serve seconds
+           "tools_running_seconds": served.tool_running, "engine_busy_while_tools_seconds": served.tool_busy,
+           "serve_seconds": served.busy,
            "tokens": tokens, "tool_tokens": tokens - sum(int(m.sum()) for m in masks)}
     for s in stats:
         key = f"ended_{s['stop']}"
@@ -52,5 +55,9 @@ def turn_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:
            # free routing: the share of later turns (after a tool round) run on another engine than the turn before
            f"{PREFIX}turns_moved_fraction": total.get("turns_moved", 0.0) / max(total.get("tool_rounds", 0.0), 1.0),
            f"{PREFIX}tool_token_fraction": total.get("tool_tokens", 0.0) / max(total.get("tokens", 0.0), 1.0)}
+    running = total.get("tools_running_seconds", 0.0)
+    if running > 0:  # the engines' busy fraction while tools ran, and the tools' share of the engines' serve time
+        out[f"{PREFIX}engine_busy_while_tools"] = total.get("engine_busy_while_tools_seconds", 0.0) / running
+        out[f"{PREFIX}tool_share_of_stage"] = running / max(total.get("serve_seconds", 0.0), running)
     out.update({f"{PREFIX}{k}": v / rows for k, v in total.items() if k.startswith("ended_")})
     return out

@@ -113,11 +113,14 @@ def report_from_run(path: str, iteration: Optional[int] = None, consumer: Option
         # shares bound to DP ranks: one bar per rank (its shares summed), as the console's numbers
         sizes = [int(s) for s in plan_loads(p, "sizes")]
         queued = p.get("served") == "queue"  # the rollout queue: busy seconds per engine, the static split replayed
+        extra = {"tools": p["tools"]} if queued and isinstance(p.get("tools"), dict) else {}
+        bound = p.get("lower_bound") if queued else None
         reports.append(PlanReport(label=label, before=plan_loads(p, "random_loads"), after=plan_loads(p, "loads"),
                                   sizes=sizes, objective=p["objective"], unit="rows" if queued else "units",
                                   share="engine" if queued else "rank" if p.get("ranks") else "share",
                                   iteration=p["iteration"], consumer=p["consumer"], balanced=p["balanced"],
-                                  served=p.get("served")))
+                                  served=p.get("served"), extra=extra,
+                                  lower_bound=float(bound) if isinstance(bound, (int, float)) else None))
     return reports
 
 

@@ -210,10 +210,21 @@ def read_balance_file(path: str) -> List[dict]:
         if ranks is not None and (not isinstance(ranks, list) or len(ranks) != len(loads)
                                   or not all(isinstance(r, int) and r >= 0 for r in ranks)):
             raise ReportError(f"{where}: ranks must be a list of {len(loads)} DP ranks (ints >= 0)")
+        bound = rec.get("lower_bound")
+        if bound is not None:
+            bound = _number(bound, "lower_bound", where)
+        tools = rec.get("tools")
+        if tools is not None:  # a multi-turn rollout round: per engine, seconds on tools and those it stepped
+            if not isinstance(tools, dict) or sorted(tools) != ["busy", "running"]:
+                raise ReportError(f"{where}: tools must be an object with 'running' and 'busy' (seconds per engine)")
+            tools = {k: _check_loads(tools[k], f"tools.{k}", where) for k in ("running", "busy")}
+            if any(len(v) != len(loads) for v in tools.values()):
+                raise ReportError(f"{where}: tools.running and tools.busy must have {len(loads)} entries, as loads")
         plans.append({"iteration": iteration, "consumer": str(rec["consumer"]),
                       "objective": str(rec.get("objective", "tokens")), "loads": loads,
                       "random_loads": random_loads, "sizes": [int(s) for s in sizes], "ranks": ranks,
-                      "balanced": bool(rec.get("balanced", True)), "served": rec.get("served")})
+                      "balanced": bool(rec.get("balanced", True)), "served": rec.get("served"),
+                      "lower_bound": bound, "tools": tools})
     if not plans:
         raise ReportError(f"{path} has no balance plans")
     return plans

@@ -108,7 +108,21 @@ def format_table(report: PlanReport) -> str:
     if report.lower_bound is not None:
         gap = a["max"] / report.lower_bound - 1.0 if report.lower_bound > 0 else 0.0
         out.append(f"lower bound on the max load: {_fmt(report.lower_bound)} (after is {gap:.2%} above it)")
+    tools = report.extra.get("tools")
+    if tools:
+        out.append(tool_line(tools["running"], tools["busy"], report.after))
     return "\n".join(out)
+
+
+def tool_line(running: Sequence[float], busy: Sequence[float], stage: Sequence[float]) -> str:
+    """A multi-turn round's tool figures: per engine, the share of the seconds its rows waited on tools during
+    which it stepped other rows, and the tools' share of its serve seconds."""
+    per = [f"{b / r:.0%}" if r > 0 else "-" for r, b in zip(running, busy)]
+    total = sum(running)
+    pooled = f"{sum(busy) / total:.1%}" if total > 0 else "-"
+    share = f"{total / sum(stage):.1%}" if sum(stage) > 0 else "-"
+    return (f"while tools ran: engines busy {pooled} ({' / '.join(per)} per engine); tool time {share} of the "
+            f"engines' serve seconds (not replayed: the step cost knows no tool time)")
 
 
 def _load_label(objective: str) -> str:

@@ -128,6 +128,8 @@ class IntegratedWorker(EngineWorker):
         metrics["timing/rollout_weight_sync"] = synced - start
         trace = {"rows": served.rows, "busy": served.busy, "latency": served.latency,
                  "trace": served.trace_array()}
+        if served.masks is not None:  # multi-turn: seconds its rows waited on tools, those the engine stepped
+            trace["tools"] = [served.tool_running, served.tool_busy]
         return metrics, out, trace
 
     def _log_prob_stage(self, stage, batches, engine):

@@ -70,7 +70,9 @@ def serve_blocking(backend, agent, source, sampling, seed_of, eos_id, pad_id, ch
                     rounds[conv.row] = future
             t0 = clock()
             wait(list(rounds.values()), timeout=agent.round_deadline)  # nothing else to do; after_tools says a stuck one
-            out.tool_wait += clock() - t0
+            waited = clock() - t0
+            out.tool_wait += waited
+            out.tool_running += waited  # the engine idles while the round runs
             active = [c for c in active if c.row in rounds and agent.after_tools(c, rounds[c.row])]
             turn += 1
         for conv in convs:

@@ -29,6 +29,9 @@ class Served:
     masks: Optional[List[Tensor]] = None
     turn_stats: Optional[List[dict]] = None
     tool_wait: float = 0.0
+    # seconds while a row of the engine's waited on its tool: in all, and those the engine spent stepping others
+    tool_running: float = 0.0
+    tool_busy: float = 0.0
 
     def trace_array(self) -> np.ndarray:
         return np.asarray(self.trace, dtype=np.float64).reshape(-1, 4)
@@ -46,6 +49,8 @@ class Served:
                     getattr(out, name).extend(getattr(part, name))
             out.busy += part.busy
             out.tool_wait += part.tool_wait
+            out.tool_running += part.tool_running
+            out.tool_busy += part.tool_busy
         return out
 
     def ordered(self, rows: List[int]) -> "Served":
@@ -61,4 +66,4 @@ class Served:
         return Served(rows=list(rows), prompt_lengths=pick(self.prompt_lengths), responses=pick(self.responses),
                       log_probs=pick(self.log_probs), latency=pick(self.latency), trace=list(self.trace),
                       busy=self.busy, masks=pick(self.masks), turn_stats=pick(self.turn_stats),
-                      tool_wait=self.tool_wait)
+                      tool_wait=self.tool_wait, tool_running=self.tool_running, tool_busy=self.tool_busy)

@@ -89,7 +89,9 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
             if waiting:  # every row this engine holds waits on a tool
                 start = clock()
                 wait([f for _, f in waiting.values()], timeout=1.0, return_when=FIRST_COMPLETED)
-                out.tool_wait += clock() - start
+                waited = clock() - start
+                out.tool_wait += waited
+                out.tool_running += waited
                 continue
             if source.drained:
                 break
@@ -100,6 +102,9 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
         outputs = [o for o in engine.step() if o.finished]
         end = clock()
         steps += 1
+        if waiting:  # the engine steps other rows while these wait on their tools
+            out.tool_running += end - start
+            out.tool_busy += end - start
         out.trace.append((1, count, prefill, end - start))
         prefill = 0
         for output in outputs:

@@ -5,7 +5,9 @@ From them: the imbalance over the engines (slowest busy time / mean - 1), the bo
 and the longest row; no split of the round ends earlier) and the distance to it; and, replayed through the step
 cost fitted to the same records (utils/rollout_cost.py), what the static split (a seeded random split into fixed
 shares, ``rl_config.guarantee_order``) would have taken on the same rows, next to the replayed queue (how close
-the replay comes to the measured round).
+the replay comes to the measured round). A multi-turn round (consumers report ``tools``: seconds their rows waited
+on tools, and those the engine stepped meanwhile) adds the engines' busy fraction while tools ran and the tools'
+share of the stage; it is not replayed (the step cost knows no tool time).
 """
 from typing import Dict, List, Sequence, Tuple
 
@@ -32,10 +34,13 @@ def queue_figures(name: str, order: Sequence[int], prompt_lengths, response_leng
     generate (transformers) or None (continuous batching of at most ``max_num_seqs`` rows, takes of at most
     ``take_cap``); ``static_split``: the rows of each share of the static split."""
     busy, rows = np.zeros(consumers), np.zeros(consumers, dtype=np.int64)
+    tools = np.zeros((consumers, 2)) if any("tools" in t for t in traces) else None
     latency, records = [], []
     for t in traces:
         c = int(t["consumer"])
         busy[c], rows[c] = float(t["busy"]), len(t["rows"])
+        if tools is not None:
+            tools[c] = t.get("tools", (0.0, 0.0))
         latency += [float(x) for x in t["latency"]]
         records.append(np.asarray(t["trace"], dtype=np.float64).reshape(-1, 4))
     stage, bound = float(busy.max()), balance_bound(busy, latency)
@@ -46,10 +51,16 @@ def queue_figures(name: str, order: Sequence[int], prompt_lengths, response_leng
         metrics[key(f"rank{c}")] = float(busy[c])
         metrics[key(f"rows/rank{c}")] = float(rows[c])
     plan = {"consumer": name, "objective": "seconds", "balanced": True, "served": "queue",
-            "loads": busy.tolist(), "random_loads": busy.tolist(), "sizes": rows.tolist()}
+            "loads": busy.tolist(), "random_loads": busy.tolist(), "sizes": rows.tolist(), "lower_bound": bound}
+    if tools is not None:
+        running = float(tools[:, 0].sum())
+        if running > 0:
+            metrics[key("busy_while_tools")] = float(tools[:, 1].sum()) / running
+        metrics[key("tool_share")] = running / float(busy.sum()) if busy.sum() > 0 else 0.0
+        plan["tools"] = {"running": tools[:, 0].tolist(), "busy": tools[:, 1].tolist()}
     records = np.concatenate(records) if records else np.zeros((0, 4))
-    if not len(records) or not (records[:, 3] > 0).any():
-        return metrics, plan  # nothing timed: no replay
+    if tools is not None or not len(records) or not (records[:, 3] > 0).any():
+        return metrics, plan  # nothing timed, or tool time the step cost cannot replay: no replay
     cost = fit_step_cost(records)
     mode = CHUNKS if chunk else CONTINUOUS
     static = simulate_static(prompt_lengths, response_lengths, static_calls(static_split, consumers), cost, mode,

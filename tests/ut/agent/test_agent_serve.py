@@ -124,7 +124,8 @@ def test_transformers_path_runs_each_take_turn_by_turn_and_waits_for_the_tools()
     assert sorted(k["ground_truth"] for k in agent.runner.tools["add"].kwargs) == ["truth 0", "truth 3", "truth 3"]
     # take 1 (rows 0-2): turn 0 of all three, then turn 1 of the two that called a tool
     assert backend.calls[:2] == [[(0, 0), (1, 0), (2, 0)], [(0, 1), (2, 1)]]
-    assert served.tool_wait > 0
+    assert served.tool_wait > 0 and served.tool_running == served.tool_wait and served.tool_busy == 0
+    assert turn_metrics([turn_counts(served)])["multi_turn/engine_busy_while_tools"] == 0.0
     i = served.rows.index(0)
     lp, mask = served.log_probs[i], served.masks[i]
     assert torch.equal(lp[mask.bool()], torch.full((int(mask.sum()),), -0.5))
@@ -206,6 +207,10 @@ def test_vllm_path_keeps_stepping_while_a_conversation_waits_on_its_tool():
     assert metrics["multi_turn/ended_max_tool_calls"] == pytest.approx(1 / len(SCRIPT))
     assert metrics["multi_turn/tool_errors"] == 1.0
     assert 0 < metrics["multi_turn/tool_token_fraction"] < 1
+    # row 2 waited on its tool while the engine stepped the others: busy for a part of the tool time
+    assert 0 < served.tool_busy <= served.tool_running
+    assert metrics["multi_turn/engine_busy_while_tools"] == pytest.approx(served.tool_busy / served.tool_running)
+    assert metrics["multi_turn/tool_share_of_stage"] == pytest.approx(served.tool_running / served.busy)
 
 
 def test_the_queue_hears_each_conversations_final_length():

@@ -67,12 +67,12 @@ class TurnQueue(RolloutQueue):
         self.turn, self.active = 0, list(range(self.consumers))
         return out
 
-    def take(self, key, consumer, seq, want, progress=None):
+    def take(self, key, consumer, seq, want, progress=None, turns=None):
         with self.lock:
             if (consumer, seq) in self._takes:
-                return super().take(key, consumer, seq, want, progress)
+                return super().take(key, consumer, seq, want, progress, turns)
             assert self.lock.wait_for(lambda: self.active[self.turn % len(self.active)] == consumer, timeout=60)
-            rows = super().take(key, consumer, seq, want, progress)
+            rows = super().take(key, consumer, seq, want, progress, turns)
             if rows:
                 self.turn += 1
             else:

@@ -483,3 +483,32 @@ def test_shipped_lengths_example_runs_as_the_readme_says(capsys):
                            "--dp-size", 8, "--n-samples", 8], capsys)
     assert code == 0, err
     assert "16 groups on 8 ranks" in out and "after (balanced)" in out
+
+
+def test_a_multi_turn_rounds_plan_says_its_bound_and_the_engines_while_tools_ran(tmp_path, capsys):
+    queue = {"iteration": 2, "consumer": "actor_rollout", "objective": "seconds", "balanced": True,
+             "served": "queue", "loads": [4.0, 3.0], "random_loads": [4.0, 3.0], "sizes": [5, 3],
+             "lower_bound": 3.5, "tools": {"running": [2.0, 1.0], "busy": [1.5, 0.0]}}
+    src = _write_jsonl(tmp_path / "balance.jsonl", [queue])
+    out_json = tmp_path / "q.json"
+    code, out, err = _run(["--run", src, "--json", out_json], capsys)
+    assert code == 0, err
+    assert "lower bound on the max load: 3.5 (after is 14.29% above it)" in out
+    assert ("while tools ran: engines busy 50.0% (75% / 0% per engine); tool time 42.9% of the engines' serve "
+            "seconds (not replayed: the step cost knows no tool time)") in out
+    (plan,) = _json_plans(out_json)
+    assert plan["tools"] == {"running": [2.0, 1.0], "busy": [1.5, 0.0]} and plan["summary"]["lower_bound"] == 3.5
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("tools", [1.0], "tools must be an object with 'running' and 'busy'"),
+    ("tools", {"running": [1.0, 1.0]}, "tools must be an object with 'running' and 'busy'"),
+    ("tools", {"running": [1.0], "busy": [0.5]}, "tools.running and tools.busy must have 2 entries, as loads"),
+    ("tools", {"running": [1.0, -1.0], "busy": [0.5, 0.0]}, "tools.running"),
+    ("lower_bound", "far", "lower_bound must be a number"),
+])
+def test_a_bad_multi_turn_figure_is_one_line(tmp_path, capsys, field, value, needle):
+    queue = {"iteration": 2, "consumer": "actor_rollout", "objective": "seconds", "served": "queue",
+             "loads": [4.0, 3.0], "random_loads": [4.0, 3.0], field: value}
+    src = _write_jsonl(tmp_path / "balance.jsonl", [queue])
+    _bad(["--run", src], capsys, "balance.jsonl line 1", needle)

@@ -109,6 +109,10 @@ def _agent_measured(case):
     busy = [(0, 3), (4, 5)] if case == "idle" else [(0, 5)]
     for way in ("continuous", "continuous_static"):
         ways[way] = [_agent_engine(5.0, busy, [(e, 0, 0, 2), (e, 1, 4, 5)], [(e, 0, 2, 4)]) for e in range(2)]
+    # free routing: 5.2 s, within the slack of the sticky default; 4 s ('routing'): sticky is the slower one
+    free = 4.0 if case == "routing" else 5.2
+    ways["continuous_free"] = [_agent_engine(free, [(0, free)], [(e, 0, 0, 2), (e, 1, free - 1, free)],
+                                             [(e, 0, 2, free - 1)]) for e in range(2)]
     if case == "other":
         ways["continuous"][0]["responses"] = [[8, 0]]
     return {"quick": True, "cpus": 2, "load_before": (1.0, 1.0, 1.0), "load_after": (1.0, 1.0, 1.0), "prompts": 1,
@@ -117,10 +121,11 @@ def _agent_measured(case):
             "repeats": [{"round": {"lengths": [[3, 2]] * 2, "tools": [[3.0]] * 2}, "ways": ways}] * 3}
 
 
-@pytest.mark.parametrize("case", ["met", "idle", "scaled", "other"])
+@pytest.mark.parametrize("case", ["met", "idle", "scaled", "other", "routing"])
 def test_agent_rollout_exit_code_follows_the_fail_lines(monkeypatch, capsys, tmp_path, case):
     import json
     bench = _load("bench_agent_rollout")
+    monkeypatch.setattr("mindspeed_rl.config_cls.multi_turn.DEFAULT_ROUTING", "sticky")
     monkeypatch.setattr(bench, "measure", lambda args: _agent_measured(case))
     argv = ["--quick", "--out-dir", str(tmp_path)] + (["--target-scale", "2"] if case == "scaled" else [])
     code = bench.main(argv)
@@ -128,7 +133,8 @@ def test_agent_rollout_exit_code_follows_the_fail_lines(monkeypatch, capsys, tmp
     targets = out[out.index("== TARGETS =="):]
     fails = [line.split(":")[0].strip() for line in targets.splitlines() if ": FAIL" in line]
     assert code == (1 if fails else 0)
-    assert fails == {"met": [], "idle": ["busy while tools"], "scaled": ["speed"], "other": ["same work"]}[case]
+    assert fails == {"met": [], "idle": ["busy while tools"], "scaled": ["speed"], "other": ["same work"],
+                     "routing": ["routing"]}[case]
     fig = json.loads((tmp_path / "bench_agent_rollout.json").read_text())["figures"][0]
     # the blocking loop steps none of the time a tool runs; continuous all of it, or half when it idles 1 of 2 s
     assert fig["blocking"]["busy_while_tools"] == 0.0
@@ -138,7 +144,9 @@ def test_agent_rollout_exit_code_follows_the_fail_lines(monkeypatch, capsys, tmp
     assert fig["continuous"]["identical"] == (0.5 if case == "other" else 1.0)
     # 5 busy seconds (4 when it idles) over the row's 3 + 2 tokens
     assert fig["continuous"]["ms_per_token"] == [800.0 if case == "idle" else 1000.0] * 2
-    assert "not implemented" in out
+    ratio = 5.0 / (4.0 if case == "routing" else 5.2)
+    assert f"default multi_turn_routing=sticky: its stage / free's = {ratio:.3f}" in out
+    assert fig["continuous_free"]["speedup"] == 8.0 / (4.0 if case == "routing" else 5.2)
     if fails:
         assert f"targets FAILED: {', '.join(fails)}" in err
 

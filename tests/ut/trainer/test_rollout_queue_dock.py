@@ -181,7 +181,8 @@ def test_the_figures_measure_the_engines_and_replay_the_static_split(chunk, take
     want = _expected("actor_rollout", busy, rows, [x for l in latency for x in l], static, replay, cost)
     assert metrics.keys() == want.keys() and metrics == pytest.approx(want)
     assert plan == {"consumer": "actor_rollout", "objective": "seconds", "balanced": True, "served": "queue",
-                    "loads": busy, "random_loads": pytest.approx(static.busy.tolist()), "sizes": [3, 3]}
+                    "loads": busy, "random_loads": pytest.approx(static.busy.tolist()), "sizes": [3, 3],
+                    "lower_bound": 5.0}
     assert metrics["dp_balance/actor_rollout/bound_gap"] == pytest.approx(0.2)  # 6 s over a bound of 5 (the mean)
     assert all(type(size) is int for size in plan["sizes"])  # counts, as balance.jsonl writes them
     # the replay is the queue's own: without its groups and prior, its cap, or its chunks it comes out otherwise
@@ -254,3 +255,17 @@ def test_the_round_figures_come_from_the_dock_the_plan_and_the_planners_draw(bac
                                       chunk, take_cap, 3, split, queued.groups, queued.prior)
     assert metrics == want and record == want_record
     assert static_calls([[1], [2], [3]], 2) == [[[1], [3]], [[2]]]
+
+
+def test_a_multi_turn_round_adds_the_tool_figures_and_is_not_replayed():
+    prompt, resp = np.array([4, 4, 4]), np.array([8, 2, 6])
+    records = [_records(COST, [(1, 2, 4), (1, 1, 0)]), _records(COST, [(2, 1, 2)])]
+    traces = _traces([6.0, 4.0], [[0, 1], [2]], [[3.0, 1.0], [2.0]], records)
+    traces[0]["tools"], traces[1]["tools"] = [2.0, 1.5], [2.0, 0.5]
+    metrics, plan = queue_figures("actor_rollout", [0, 1, 2], prompt, resp, traces, 2, None, 2, 2, [[0, 1], [2]])
+    key = lambda stat: f"dp_balance/actor_rollout/{stat}"  # noqa: E731
+    assert metrics[key("busy_while_tools")] == pytest.approx(2.0 / 4.0)
+    assert metrics[key("tool_share")] == pytest.approx(4.0 / 10.0)
+    assert plan["tools"] == {"running": [2.0, 2.0], "busy": [1.5, 0.5]} and plan["lower_bound"] == 5.0
+    assert key("static_s") not in metrics and key("replay_s") not in metrics  # tool time is not modelled
+    assert plan["random_loads"] == plan["loads"] == [6.0, 4.0]
