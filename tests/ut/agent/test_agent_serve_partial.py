@@ -154,3 +154,10 @@ def test_a_conversation_carried_over_passes_ends_as_in_one_pass(path):
         if not key.endswith("seconds"):
             assert sum(c.get(key, 0.0) for c in counts) == value, key
     assert single["multi_turn/count/turns"] > len(rows) and single["multi_turn/count/tool_calls"] > 0
+
+
+def test_an_iterations_passes_add_their_counts_up_per_rank():
+    from mindspeed_rl.trainer.utils.batch_metrics import sum_by_rank
+    passes = [{"rank": 0.0, "multi_turn/count/turns": 3.0, "multi_turn/count/rows": 1.0},
+              {"rank": 0.0, "multi_turn/count/turns": 2.0, "multi_turn/count/rows": 2.0}]
+    assert sum_by_rank(passes) == [{"rank": 0.0, "multi_turn/count/turns": 5.0, "multi_turn/count/rows": 3.0}]

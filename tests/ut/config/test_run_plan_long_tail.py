@@ -91,3 +91,13 @@ def test_a_multi_turn_pools_budget_is_the_whole_conversation_and_its_state_trave
     with pytest.raises(Exception, match=r"rl_config.partial_rollout_max_split=13 exceeds "
                                         r"max_total_response_length=12: a pass must make at least one token"):
         _plan(*MULTI_TURN, "rl_config.partial_rollout_max_split=13")
+
+
+def test_a_pool_names_its_runs_kind_and_budget_key():
+    from mindspeed_rl.trainer.partial_rollout import pool_identity
+    multi = pool_identity(_plan(*MULTI_TURN, "rl_config.partial_rollout_max_split=5"))
+    single = pool_identity(_plan("rl_config.partial_rollout_max_split=5"))
+    assert multi["rl_config.multi_turn_enable"] is True and multi["rl_config.max_total_response_length"] == 12
+    assert "generate_config.sampling_config.max_tokens" not in multi
+    assert single["rl_config.multi_turn_enable"] is False
+    assert single["generate_config.sampling_config.max_tokens"] == 10
