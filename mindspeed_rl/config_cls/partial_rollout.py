@@ -62,8 +62,8 @@ def partial_spec(rl_config, generate_config, global_batch_size: int, multi_turn=
     max_tokens = (multi_turn.max_total_response_length if multi_turn is not None
                   else generate_config.sampling_config["max_tokens"])
     if n > max_tokens:
-        raise ValueError(f"rl_config.partial_rollout_max_split={n} exceeds {key.split('.', 1)[1]}={max_tokens}: "
-                         f"a pass must make at least one token")
+        raise ValueError(f"rl_config.partial_rollout_max_split={n} exceeds {key.replace('generate_config.', '')}="
+                         f"{max_tokens}: a pass must make at least one token")
     return PartialSpec(n, int(max_tokens), global_batch_size, 2 * global_batch_size,
                        async_engine=rl_config.async_engine,
                        max_age_finished=rl_config.require_max_age_all_finished, budget_key=key)

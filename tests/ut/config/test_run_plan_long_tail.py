@@ -89,7 +89,8 @@ def test_a_multi_turn_pools_budget_is_the_whole_conversation_and_its_state_trave
     single = _plan("rl_config.partial_rollout_max_split=5")
     assert not single.features.carried_turns and "turn_state" not in single.stages["actor_rollout"].outputs
     with pytest.raises(Exception, match=r"rl_config.partial_rollout_max_split=13 exceeds "
-                                        r"max_total_response_length=12: a pass must make at least one token"):
+                                        r"rl_config.max_total_response_length=12: a pass must make at least one "
+                                        r"token"):
         _plan(*MULTI_TURN, "rl_config.partial_rollout_max_split=13")
 
 
