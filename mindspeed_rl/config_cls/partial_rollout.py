@@ -4,9 +4,10 @@ With ``partial_rollout_max_split: N > 1`` a row makes at most ``ceil(max_tokens 
 pass; a row that neither ended (EOS) nor reached ``max_tokens`` is carried, with its tokens, its rollout log-probs
 and the iteration each token was sampled in, and continues first in the next pass. With multi_turn_enable a row's
 budget is the whole conversation, ``max_total_response_length`` (model and tool tokens): a pass continues it until it
-ends or its pass budget is used, cut inside a turn or right after a tool answer, and its turns are carried too. The pool holds up to twice
-``global_batch_size`` prompts (upstream's dock size); passes run until ``global_batch_size`` prompts have every
-sample complete, and those train (the oldest first). Every row is complete within N passes.
+ends or its pass budget is used, cut inside a turn or right after a tool answer, and its turns are carried too.
+The pool holds up to twice ``global_batch_size`` prompts (upstream's dock size); passes run until
+``global_batch_size`` prompts have every sample complete, and those train (the oldest first). Every row is complete
+within N passes.
 ``async_engine: true`` (with N > 1) also stops a pass as soon as enough prompts are complete, carrying every
 running row, except rows in their last allowed pass (``require_max_age_all_finished``) which run to the end.
 """

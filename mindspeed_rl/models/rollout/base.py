@@ -9,7 +9,6 @@ from mindspeed_rl.models.rollout.results import (  # noqa: F401  (the backends' 
 from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT
 
 
-
 def row_state(response: Tensor, budget: Optional[int], eos_id: Optional[int]) -> int:
     """A finished row's state for the rollout queue: complete when it ended (EOS, or fewer tokens than its
     budget), else cut at its budget (None: max_tokens, where only EOS tells)."""

@@ -87,8 +87,10 @@ def test_a_pass_over_its_budget_or_with_a_bad_mask_or_state_changes_nothing():
     pool.add(_batch([1]))
     before = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in pool.rows[0].items()}
     cases = [
-        (_made([[1] * 5], [0], [[1, 0, 0]]), 5, "row 0 of the pass made 5 model tokens (5 in all), over its budget of 4"),
-        (_made([[1, 1]], [0], [[1, 0, 0]]), 3, "row 0 of the pass has a loss mask of 2 values for 3 tokens, or not 0/1"),
+        (_made([[1] * 5], [0], [[1, 0, 0]]), 5, "row 0 of the pass made 5 model tokens (5 in all), over its budget "
+                                                "of 4"),
+        (_made([[1, 1]], [0], [[1, 0, 0]]), 3, "row 0 of the pass has a loss mask of 2 values for 3 tokens, or not "
+                                               "0/1"),
         (_made([[1, 2, 1]], [0], [[1, 0, 0]]), 3, "row 0 of the pass has a loss mask of 3 values for 3 tokens, or not"),
         (_made([[1, 1, 1]], [0], [[2, 0, 0]]), 3, "row 0 of the pass has a turn state [2, 0, 0], not [cut 0/1, turn "
                                                   "start, calls >= 0]"),
