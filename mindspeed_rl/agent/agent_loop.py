@@ -4,12 +4,16 @@ After each model turn ``after_turn`` decides: the conversation ends (no tool cal
 response is full), or a round of tool calls starts beside the engine (a future). When it is done,
 ``after_tools`` appends the answers (the chat template's tool turn, masked out of the loss) and says whether the
 model goes on; the next turn's budget is ``turn_budget``. Both backends use it: transformers generate turn by turn
-over a chunk, vLLM request by request between engine steps."""
+over a chunk, vLLM request by request between engine steps.
+
+Partial rollout: ``start`` resumes a conversation carried from an earlier pass; a turn that stops at the pass's
+budget is cut (``CUT``, not read for calls yet: the next pass continues it and reads the whole turn once it ends),
+and a tool answer that uses up the pass's budget cuts the conversation right after it."""
 import time
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import List, Optional
 
-from mindspeed_rl.agent.conversation import ANSWERED, LENGTH, MAX_TOOL_CALLS, Conversation
+from mindspeed_rl.agent.conversation import ANSWERED, CUT, LENGTH, MAX_TOOL_CALLS, Conversation
 from mindspeed_rl.agent.tool_block import ToolBlock
 from mindspeed_rl.agent.tool_runner import ERROR, SKIPPED, TIMEOUT, CallResult, ToolRunner
 from mindspeed_rl.tools.utils.truncate import truncate_tool_response
@@ -25,22 +29,34 @@ class AgentLoop:
         self.runner = ToolRunner(tools, spec.call_timeout, spec.max_parallel_calls)
 
     def turn_budget(self, conv: Conversation, budget: Optional[int] = None) -> int:
-        """New tokens the next turn may make: a turn's max_tokens, what is left of the whole response, and
-        ``budget`` (partial rollout: what is left of the row's pass)."""
+        """New tokens the next turn may make: a turn's max_tokens (less what a cut turn made already), what is
+        left of the whole response, and ``budget`` (default: what is left of the row's pass, partial rollout)."""
         room = self.spec.max_total_response_length - len(conv.tokens)
-        return max(0, min(self.max_tokens, room, budget if budget is not None else room))
+        made = len(conv.tokens) - conv.turn_start if conv.turn_start is not None else 0
+        budget = conv.pass_left if budget is None else budget
+        return max(0, min(self.max_tokens - made, room, budget if budget is not None else room))
 
     def after_turn(self, conv: Conversation, ids, log_probs=None, ended: bool = True) -> Optional[Future]:
         """Record a model turn (``ended``: it stopped on its own, at EOS, not at its token budget); returns the
         future of its tool round, or None when the conversation ended (``conv.stop`` says why). A turn cut at its
-        budget is still read for calls, as upstream's and verl's loops do."""
+        budget is still read for calls, as upstream's and verl's loops do; one cut at the pass's budget is not
+        (``CUT``): it goes on in the next pass."""
+        begin = conv.turn_start if conv.turn_start is not None else len(conv.tokens)
         conv.add_turn(ids, log_probs)
-        calls, malformed = self.parser.parse_text(self.tokenizer.decode(list(ids), skip_special_tokens=False))
         if len(conv.tokens) >= self.spec.max_total_response_length:
             conv.stop = LENGTH
-        elif not calls and not malformed:
+            conv.turn_start = None
+            return None
+        if not ended and conv.pass_left is not None and conv.pass_left <= 0 and \
+                len(conv.tokens) - begin < self.max_tokens:
+            conv.turn_start, conv.stop = begin, CUT
+            return None
+        conv.turn_start = None
+        text = self.tokenizer.decode(conv.tokens[begin:], skip_special_tokens=False)  # the whole turn
+        calls, malformed = self.parser.parse_text(text)
+        if not calls and not malformed:
             conv.stop = ANSWERED if ended else LENGTH
-        elif conv.tool_rounds >= self.spec.max_tool_calls:
+        elif conv.all_rounds >= self.spec.max_tool_calls:
             conv.stop = MAX_TOOL_CALLS
         if conv.stop is not None:
             return None
@@ -75,13 +91,24 @@ class AgentLoop:
             conv.stop = LENGTH  # no room for the answers and a turn after them
             return False
         conv.add_tool_answer(ids)
+        if conv.pass_left is not None and conv.pass_left <= 0:
+            conv.stop = CUT  # the pass's budget is used: the next pass starts with the next turn
+            return False
         return True
 
-    def start(self, row: int, prompt, label=None) -> Conversation:
-        """A row's conversation; ``label``: its label ids (the tools' ground_truth), if the round has labels."""
+    def start(self, row: int, prompt, label=None, budget: Optional[int] = None, carried=None) -> Conversation:
+        """A row's conversation; ``label``: its label ids (the tools' ground_truth), if the round has labels.
+        Partial rollout: ``budget``, the pass's new tokens; ``carried``, the row's state from earlier passes
+        (conversation.carried_row: ``prompt`` then ends with its response tokens so far)."""
         truth = self.tokenizer.decode(label.reshape(-1).tolist(), skip_special_tokens=True) if label is not None \
             else None
-        return Conversation(row, prompt.reshape(-1).tolist(), ground_truth=truth)
+        ids = prompt.reshape(-1).tolist()
+        if carried is None:
+            return Conversation(row, ids, ground_truth=truth, budget=budget)
+        made, rounds, calls, turn = (int(x) for x in carried.reshape(-1).tolist())
+        cut = len(ids) - made
+        return Conversation(row, ids[:cut], tokens=ids[cut:], ground_truth=truth, start=made, rounds_before=rounds,
+                            calls_before=calls, turn_start=turn if turn >= 0 else None, budget=budget)
 
     def close(self) -> None:
         self.runner.close()

@@ -2,16 +2,20 @@
 adds the ranks up into per-row rates (``turn_metrics``)."""
 from typing import Dict, List
 
+from mindspeed_rl.agent.conversation import CUT
+
 PREFIX = "multi_turn/"
 
 
 def turn_counts(served) -> Dict[str, float]:
-    """One rank's counts (``multi_turn/count/<name>``), summed over its rows."""
+    """One rank's counts (``multi_turn/count/<name>``), summed over its rows. Partial rollout: each pass counts
+    the work it did (its turns, calls, tokens), and a conversation counts as a row in the pass that ends it."""
     stats, masks = served.turn_stats or [], served.masks or []
+    ended = [s for s in stats if s["stop"] != CUT]
     tokens = sum(int(m.numel()) for m in masks)
-    out = {"rows": len(stats), "turns": sum(s["turns"] for s in stats),
+    out = {"rows": len(ended), "turns": sum(s["turns"] for s in stats),
            "tool_calls": sum(s["tool_calls"] for s in stats), "tool_rounds": sum(s["tool_rounds"] for s in stats),
-           "rows_with_tool_calls": sum(s["tool_calls"] > 0 for s in stats),
+           "rows_with_tool_calls": sum(bool(s["called"]) for s in ended),
            "tool_errors": sum(s["tool_errors"] for s in stats), "tool_timeouts": sum(s["tool_timeouts"] for s in stats),
            "tool_skipped": sum(s["tool_skipped"] for s in stats),
            "tool_seconds": sum(s["tool_seconds"] for s in stats),
@@ -22,7 +26,7 @@ def turn_counts(served) -> Dict[str, float]:
            "tools_running_seconds": served.tool_running, "engine_busy_while_tools_seconds": served.tool_busy,
            "serve_seconds": served.busy,
            "tokens": tokens, "tool_tokens": tokens - sum(int(m.sum()) for m in masks)}
-    for s in stats:
+    for s in ended:
         key = f"ended_{s['stop']}"
         out[key] = out.get(key, 0) + 1
     return {f"{PREFIX}count/{k}": float(v) for k, v in out.items()}

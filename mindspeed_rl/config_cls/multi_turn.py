@@ -78,8 +78,6 @@ def multi_turn_spec(rl_config, generate_config, max_prompt_length: int, tokenize
         raise ValueError(f"rl_config.multi_turn_enable={enabled!r} must be true or false")
     if not enabled:
         return None
-    if rl_config.partial_rollout_max_split != 1:
-        raise ValueError("rl_config.partial_rollout_max_split > 1 with multi_turn_enable is not implemented yet")
     path = rl_config.tool_config_path
     if not path:
         raise ValueError("rl_config.multi_turn_enable needs rl_config.tool_config_path (a tool YAML: tools: a list "

@@ -507,10 +507,10 @@ def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec):
     """(partial rollout spec, rollout correction spec, multi-turn spec, worker spec): the rollout backend returns
     its log-probs whenever the correction needs them (transformers generate too)."""
     try:
-        partial = partial_spec(rl_config, generate_config, actor_config.global_batch_size)
-        correction = correction_spec(rl_config.rollout_correction, partial is not None)
         multi_turn = multi_turn_spec(rl_config, generate_config, rl_config.max_prompt_length,
                                      actor_config.tokenizer_name_or_path or "", spec.engine.trust_remote_code)
+        partial = partial_spec(rl_config, generate_config, actor_config.global_batch_size, multi_turn)
+        correction = correction_spec(rl_config.rollout_correction, partial is not None)
     except ValueError as err:
         raise PlanError(str(err)) from None
     if multi_turn is not None and multi_turn.routing == FREE and (spec.rollout.backend != "vllm"

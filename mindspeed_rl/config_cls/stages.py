@@ -16,7 +16,8 @@ batch is full, then the 'train' stages run once on the kept rows.
 from dataclasses import dataclass
 from typing import Callable, Tuple
 
-from mindspeed_rl.models.rollout.base import ROLLOUT_BUDGET  # partial rollout: a row's new tokens this pass
+# partial rollout: a row's new tokens this pass; with multi-turn, a carried conversation's state into a pass and out
+from mindspeed_rl.models.rollout.base import CARRIED_TURN, ROLLOUT_BUDGET, TURN_STATE
 
 SEQ_COLUMNS = ("prompts", "responses", "prompt_length", "response_length")
 LENGTH_COST = ("prompt_length", "response_length")
@@ -46,6 +47,11 @@ class Features:
     bypass: bool = False            # rollout correction's bypass mode: the engine's log-probs are the old ones
     partial_rollout: bool = False   # partial_rollout_max_split > 1: rows carried between passes
     multi_turn: bool = False        # multi_turn_enable: conversations with tools (tool tokens masked out)
+
+    @property
+    def carried_turns(self) -> bool:
+        """Conversations continued over partial rollout's passes."""
+        return self.partial_rollout and self.multi_turn
 
     @property
     def uses_reference(self) -> bool:
@@ -128,9 +134,11 @@ ROLLOUT = Stage("actor_rollout", "dp", "actor", "generate_sequences", ("prompts"
                 ("responses", "response_length"), cost_columns=("prompt_length",),
                 dispatch_key="actor_rollout_dispatch_size", phase="rollout",
                 extra_outputs=((ROLLOUT_LOG_PROBS, "rollout_log_probs"), (LOSS_MASK, "multi_turn"),
-                               (TOOL_CALLS, "multi_turn")), queue_method="serve_sequences",
+                               (TOOL_CALLS, "multi_turn"), (TURN_STATE, "carried_turns")),
+                queue_method="serve_sequences",
                 # multi-turn: each row's label is its tools' ground_truth (verl's and upstream's create keyword)
-                extra_inputs=((ROLLOUT_BUDGET, "partial_rollout"), ("labels", "multi_turn")))
+                extra_inputs=((ROLLOUT_BUDGET, "partial_rollout"), ("labels", "multi_turn"),
+                              (CARRIED_TURN, "carried_turns")))
 REWARD = Stage("rule_reward", "driver", "driver", "compute_rewards",
                ("responses", "labels", "prompt_length", "response_length"), ("rm_scores",), phase="rollout",
                extra_outputs=((FILTER_METRIC, "dynamic_sampling"),), extra_inputs=((TOOL_CALLS, "multi_turn"),))

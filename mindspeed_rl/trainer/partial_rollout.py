@@ -14,6 +14,7 @@ import torch
 from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS
 from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics, sum_by_rank
 from mindspeed_rl.trainer.utils.carry_pool import CarryPool, is_int, state_problem
+from mindspeed_rl.trainer.utils.carried_turns import PASS_COLUMNS
 from mindspeed_rl.utils.tokenizer import tokenizer_digest
 
 POOL_FILE = "carry_pool.pt"
@@ -21,7 +22,8 @@ POOL_FILE = "carry_pool.pt"
 
 def make_pool(plan, eos_id, extra_columns) -> CarryPool:
     spec = plan.partial
-    return CarryPool(plan.n_samples, spec.max_tokens, spec.pass_tokens, eos_id, extra_columns)
+    return CarryPool(plan.n_samples, spec.max_tokens, spec.pass_tokens, eos_id, extra_columns,
+                     turns=plan.multi_turn is not None)
 
 
 def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
@@ -57,7 +59,8 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
         served = td.rows_with("responses")  # all of them, unless async_engine stopped the pass early
         made = td.get_rows(outputs, served)
         pool.extend([rows[i] for i in served], list(made["responses"]),
-                    list(made[ROLLOUT_LOG_PROBS]) if ROLLOUT_LOG_PROBS in made else None, iteration)
+                    list(made[ROLLOUT_LOG_PROBS]) if ROLLOUT_LOG_PROBS in made else None, iteration,
+                    {c: list(made[c]) for c in PASS_COLUMNS} if pool.turns else None)
         unserved += len(rows) - len(served)
     columns, partial_metrics = pool.take(spec.train_prompts, iteration)
     if ROLLOUT_LOG_PROBS not in td.experience_columns:
@@ -77,13 +80,13 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
 
 def pool_identity(plan, data_path: Optional[str] = None, tokenizer=None) -> Dict[str, object]:
     """What ties a pool to its run, by the key that sets each: the seed, data and tokenizer its prompts were drawn
-    and tokenized with, the batch and group sizes, and the pass budget its rows were cut by (the tokenizer as
-    utils.tokenizer.tokenizer_digest)."""
+    and tokenized with, the batch and group sizes, the pass budget its rows were cut by, and whether its rows are
+    conversations (the tokenizer as utils.tokenizer.tokenizer_digest)."""
     spec = plan.partial
     identity: Dict[str, object] = {
         "rl_config.seed": plan.seed, "megatron_training.global_batch_size": plan.prompts_per_round,
         "rl_config.n_samples_per_prompt": plan.n_samples, "rl_config.partial_rollout_max_split": spec.max_split,
-        "generate_config.sampling_config.max_tokens": spec.max_tokens}
+        spec.budget_key: spec.max_tokens, "rl_config.multi_turn_enable": plan.multi_turn is not None}
     if data_path is not None:
         identity["megatron_training.data_path"] = os.path.normpath(str(data_path))
     if tokenizer is not None:

@@ -7,13 +7,14 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from mindspeed_rl.config_cls.stages import (IS_WEIGHTS, LOSS_MASK, OLD, REF, RESPONSE_MASK, ROLLOUT,
-                                           ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS, TOOL_CALLS, TRAIN)
+                                           ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS, TOOL_CALLS, TRAIN, TURN_STATE)
 from mindspeed_rl.algorithms.policy_loss import actor_loss
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.rollout import make_backend
 from mindspeed_rl.models.rollout.drift import rollout_drift
 from mindspeed_rl.models.rollout.results import Served
 from mindspeed_rl.utils.rollout_queue import LocalSource, RolloutQueue
+from mindspeed_rl.agent.conversation import turn_state_row
 from mindspeed_rl.agent.metrics import turn_counts
 from mindspeed_rl.utils.checkpoint import DCP_DIR, RNG_DIR
 from mindspeed_rl.utils.error_cause import named_failure
@@ -109,6 +110,8 @@ class IntegratedWorker(EngineWorker):
         if served.masks is not None:  # multi-turn: tool tokens leave the loss; each row's tool rounds
             out[LOSS_MASK] = served.masks
             out[TOOL_CALLS] = [torch.tensor([s["tool_rounds"]], dtype=torch.int32) for s in served.turn_stats]
+        if self.run_plan.features.carried_turns:  # partial rollout: whether each pass cut its conversation
+            out[TURN_STATE] = [turn_state_row(s) for s in served.turn_stats]
         return out, [p + r.numel() for p, r in zip(served.prompt_lengths, served.responses)]
 
     def serve_sequences(self, source, iteration: int = 0, **_):

@@ -13,12 +13,12 @@ from cli.train_grpo import run  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 CONFIG = os.path.join(ROOT, "configs", "grpo_tiny_cpu.yaml")
-TOOL_TASK = ["megatron_training.data_path=toy:tool", 'rl_config.verifier_function=["tool_match"]',
-             "rl_config.multi_turn_enable=true",
-             f"rl_config.tool_config_path={os.path.join(ROOT, 'configs', 'tools', 'toy_secret.yaml')}",
-             "rl_config.max_tool_calls=1", "rl_config.max_parallel_calls=1",
-             "rl_config.max_total_response_length=8", "generate_config.sampling_config.max_tokens=2",
-             "megatron_training.global_batch_size=16", "rl_config.n_samples_per_prompt=8",
+TASK = ["megatron_training.data_path=toy:tool", 'rl_config.verifier_function=["tool_match"]',
+        "rl_config.multi_turn_enable=true",
+        f"rl_config.tool_config_path={os.path.join(ROOT, 'configs', 'tools', 'toy_secret.yaml')}",
+        "rl_config.max_tool_calls=1", "rl_config.max_parallel_calls=1",
+        "rl_config.max_total_response_length=8", "generate_config.sampling_config.max_tokens=2"]
+TOOL_TASK = TASK + ["megatron_training.global_batch_size=16", "rl_config.n_samples_per_prompt=8",
              "rl_config.mini_batch_size=8", "rl_config.init_kl_coef=0.0", "actor_config.lr=3.0e-3",
              "megatron_training.train_iters=60", "rl_config.seed=7"]
 
@@ -37,3 +37,45 @@ def test_the_model_learns_to_call_the_tool_and_read_its_answer(tmp_path, capsys)
     # a called row: call and EOS (model), the answer block (tool, 3 tokens), the answer and EOS (model)
     assert 0.3 < last["multi_turn/tool_token_fraction"] < 0.5
     assert last["multi_turn/turns_per_row"] > 1.8 and last["multi_turn/tool_errors"] == 0
+
+
+def test_partial_rollout_carries_conversations_and_resumes_them(tmp_path, monkeypatch):
+    """Passes of 4 tokens (max_total_response_length=8 / 2): a row that calls the tool (2 tokens) gets its 3-token
+    answer past its pass's budget and is carried to the next iteration between turns; trained rows mask exactly
+    the tool's answers out of the loss; a resume from the first checkpoint goes on as the straight run did. One
+    worker, two iterations: about 33 s on a busy machine."""
+    from mindspeed_rl.agent.tool_block import ToolBlock
+    from mindspeed_rl.trainer.utils.carry_pool import CarryPool
+    from transformers import AutoTokenizer
+    taken, take = [], CarryPool.take
+
+    def recording(self, count, iteration):
+        columns, metrics = take(self, count, iteration)
+        taken.append(columns)
+        return columns, metrics
+    monkeypatch.setattr(CarryPool, "take", recording)
+    tiny, save = str(tmp_path / "tiny_model"), str(tmp_path / "ckpt")
+    overrides = TASK + ["rl_config.partial_rollout_max_split=2", "rl_config.init_kl_coef=0.0", "rl_config.seed=7",
+                        "rl_config.actor_resource.num_npus=1",
+                        "megatron_training.train_iters=2", f"megatron_training.save={save}",
+                        "megatron_training.save_interval=1"]
+    straight = run(CONFIG, overrides, str(tmp_path / "a"), tiny)
+    assert any(m["partial_rollout/continued_rows"] > 0 for m in straight)
+    tok = AutoTokenizer.from_pretrained(tiny)
+    block, called = ToolBlock(tok), 0
+    for columns in taken:
+        for response, mask, calls, label in zip(columns["responses"], columns["loss_mask"],
+                                                columns["tool_call_num"], columns["labels"]):
+            tool = (mask == 0).nonzero().reshape(-1)
+            if int(calls) == 0:
+                assert tool.numel() == 0
+                continue
+            called += 1  # one round: its answer (the row's label) is the only masked run of tokens
+            answer = block.ids([tok.decode(label.tolist(), skip_special_tokens=True)])
+            assert tool.tolist() == list(range(int(tool[0]), int(tool[0]) + len(answer)))
+            assert response[tool].tolist() == answer
+    assert called > 0
+    resumed = run(CONFIG, overrides + [f"megatron_training.load={save}/iter_0000001",
+                                       f"megatron_training.save={tmp_path}/ckpt_b"], str(tmp_path / "b"), tiny)
+    keys = ("reward/mean", "actor/pg_loss", "partial_rollout/continued_rows", "multi_turn/tool_calls_per_row")
+    assert [resumed[0][k] for k in keys] == [straight[1][k] for k in keys]

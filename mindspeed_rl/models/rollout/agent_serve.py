@@ -7,9 +7,9 @@ from typing import List
 
 import torch
 
-from mindspeed_rl.agent.conversation import Conversation
-from mindspeed_rl.models.rollout.results import Served
-from mindspeed_rl.utils.rollout_queue import COMPLETE
+from mindspeed_rl.agent.conversation import CUT, Conversation
+from mindspeed_rl.models.rollout.results import CARRIED_TURN, ROLLOUT_BUDGET, Served
+from mindspeed_rl.utils import rollout_queue
 
 
 def turn_seed(seed: int, turn: int) -> int:
@@ -17,9 +17,21 @@ def turn_seed(seed: int, turn: int) -> int:
     return (int(seed) + 1_000_003 * int(turn)) % 2 ** 63
 
 
+def conversations(agent, got) -> List[Conversation]:
+    """The conversations of a take from the queue: new rows, or (partial rollout) rows carried from an earlier
+    pass, each with its pass's budget."""
+    n = len(got.ids)
+    labels = got.inputs.get("labels") or [None] * n
+    budgets = got.inputs.get(ROLLOUT_BUDGET)
+    carried = got.inputs.get(CARRIED_TURN) or [None] * n
+    return [agent.start(row, prompt, label, int(budgets[i]) if budgets is not None else None, state)
+            for i, (row, prompt, label, state) in enumerate(zip(got.ids, got.inputs["prompts"], labels, carried))]
+
+
 def finish(out: Served, conv: Conversation, position: int, prompt_length: int, latency: float,
            finished: List[tuple]) -> None:
-    """A finished conversation into ``out``: its response, loss mask, log-probs and tool figures."""
+    """A finished conversation (or one its pass cut) into ``out``: this pass's response, loss mask, log-probs and
+    tool figures."""
     out.rows.append(conv.row)
     out.prompt_lengths.append(prompt_length)
     out.responses.append(conv.response())
@@ -28,7 +40,7 @@ def finish(out: Served, conv: Conversation, position: int, prompt_length: int, l
     out.latency.append(latency)
     if out.log_probs is not None:
         out.log_probs.append(torch.tensor(conv.log_probs, dtype=torch.float32))
-    finished.append((position, len(conv.tokens), COMPLETE))
+    finished.append((position, len(conv.tokens), rollout_queue.CUT if conv.stop == CUT else rollout_queue.COMPLETE))
 
 
 def serve_blocking(backend, agent, source, sampling, seed_of, eos_id, pad_id, chunk, clock=time.perf_counter,
@@ -48,9 +60,8 @@ def serve_blocking(backend, agent, source, sampling, seed_of, eos_id, pad_id, ch
         if not got:
             break
         start = clock()
-        labels = got.inputs.get("labels") or [None] * len(got.ids)
-        convs = [agent.start(row, prompt, label) for row, prompt, label in zip(got.ids, got.inputs["prompts"], labels)]
-        where = {c.row: (p, len(c.prompt)) for c, p in zip(convs, got.positions)}
+        convs = conversations(agent, got)
+        where = {c.row: (p, c.prompt_length) for c, p in zip(convs, got.positions)}
         active, turn = convs, 0
         while active:
             budgets = [agent.turn_budget(c) for c in active]

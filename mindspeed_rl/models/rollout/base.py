@@ -4,11 +4,9 @@ from typing import Callable, List, Optional
 
 from torch import Tensor
 
-from mindspeed_rl.models.rollout.results import RolloutResult, Served  # noqa: F401  (the backends' names)
+from mindspeed_rl.models.rollout.results import (  # noqa: F401  (the backends' names)
+    CARRIED_TURN, ROLLOUT_BUDGET, TURN_STATE, RolloutResult, Served)
 from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT
-
-# partial rollout: the rollout input column of each row's new-token budget for this pass
-ROLLOUT_BUDGET = "rollout_budget"
 
 
 def row_state(response: Tensor, budget: Optional[int], eos_id: Optional[int]) -> int:

@@ -1,9 +1,18 @@
-"""What a rollout backend returns: one batch's responses, or what one consumer of the rollout queue made."""
+"""What a rollout backend returns: one batch's responses, or what one consumer of the rollout queue made; the
+columns partial rollout adds to a rollout's inputs and outputs."""
 from dataclasses import dataclass, field
 from typing import List, Optional
 
 import numpy as np
 from torch import Tensor
+
+# partial rollout: the rollout input column of each row's new-token budget for this pass
+ROLLOUT_BUDGET = "rollout_budget"
+# multi-turn with partial rollout (trainer/utils/carried_turns.py): a carried conversation's state into a pass
+# (int64: its response tokens so far, tool rounds and calls so far, where its cut turn began or -1) and out of it
+# (int64: 1 if the pass cut it, where its cut turn began or -1, its tool calls in the pass)
+CARRIED_TURN = "carried_turn"
+TURN_STATE = "turn_state"
 
 
 @dataclass

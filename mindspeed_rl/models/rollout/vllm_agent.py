@@ -12,7 +12,7 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Dict, List, Tuple
 
 from mindspeed_rl.agent.conversation import Conversation
-from mindspeed_rl.models.rollout.agent_serve import finish, turn_seed
+from mindspeed_rl.models.rollout.agent_serve import conversations, finish, turn_seed
 from mindspeed_rl.models.rollout.results import Served
 from mindspeed_rl.utils.rollout_queue import RUNNING, WAITING
 
@@ -70,10 +70,8 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
         got = source.poll(block=not live and not waiting)
         if got:
             now = clock()
-            labels = got.inputs.get("labels") or [None] * len(got.ids)
-            for row, position, prompt, label in zip(got.ids, got.positions, got.inputs["prompts"], labels):
-                conv = agent.start(row, prompt, label)
-                meta[row] = [position, len(conv.prompt), now, steps, 0]
+            for row, position, conv in zip(got.ids, got.positions, conversations(agent, got)):
+                meta[row] = [position, conv.prompt_length, now, steps, 0]
                 prefill += submit(conv)
             for position, state in got.turns:  # free routing: turns of conversations other engines began
                 prefill += take_over(position, state)

@@ -1,8 +1,8 @@
 """Metrics of an iteration that ran its rollout stages several times (DAPO's refills, partial rollout's passes)."""
 from typing import Dict, List
 
-# per-rank keys that add up over the rollout batches of one iteration
-_ADDITIVE = ("timing/", "tokens/", "load/")
+# per-rank keys that add up over the rollout batches of one iteration (multi-turn counts: each pass's work once)
+_ADDITIVE = ("timing/", "tokens/", "load/", "multi_turn/count/")
 
 
 def merge_rollout_metrics(parts: List[Dict[str, float]]) -> Dict[str, float]:

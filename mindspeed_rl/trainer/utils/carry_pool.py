@@ -5,21 +5,25 @@ incomplete row (its prompt followed by its tokens so far) for at most ``pass_tok
 once it ended (EOS, or fewer new tokens than its budget: the engine stopped it) or holds ``max_tokens`` tokens.
 A row keeps, per token, the rollout engine's log-prob and the iteration it was sampled in. Complete groups leave
 for training oldest first. ``state_dict`` holds everything, so a resumed run continues the same rows.
+A multi-turn run's pool (``turns``) keeps each row's loss mask and conversation state too (carried_turns.py): a row
+is complete once its conversation ended, and a pass may run past its budget by the tool answer that ends it.
 """
 from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from mindspeed_rl.config_cls.stages import ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
+from mindspeed_rl.config_cls.stages import CARRIED_TURN, ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
+from mindspeed_rl.trainer.utils import carried_turns
 from mindspeed_rl.utils.rollout_queue import StopRule
 from mindspeed_rl.utils.token_ids import TOKEN_DTYPE
 
 
 class CarryPool:
     def __init__(self, n_samples: int, max_tokens: int, pass_tokens: int, eos_id: Optional[int],
-                 extra_columns: Sequence[str] = ()):
+                 extra_columns: Sequence[str] = (), turns: bool = False):
         self.n, self.max_tokens, self.pass_tokens, self.eos_id = n_samples, max_tokens, pass_tokens, eos_id
         self.extra_columns = tuple(extra_columns)
+        self.turns = bool(turns)  # multi-turn: rows carry their conversations (carried_turns.py)
         self.rows: List[Dict[str, object]] = []
         self.next_group = 0
 
@@ -37,7 +41,8 @@ class CarryPool:
                 self.rows.append({"group": self.next_group, "prompt": prompt.reshape(-1), "extra": extra,
                                   "tokens": torch.zeros(0, dtype=TOKEN_DTYPE),
                                   "log_probs": torch.zeros(0, dtype=torch.float32),
-                                  "born": torch.zeros(0, dtype=torch.int64), "passes": 0, "done": False})
+                                  "born": torch.zeros(0, dtype=torch.int64), "passes": 0, "done": False,
+                                  **(carried_turns.new_fields() if self.turns else {})})
             self.next_group += 1
 
     @property
@@ -61,11 +66,17 @@ class CarryPool:
         return min(self.pass_tokens, self.max_tokens - self.rows[index]["tokens"].numel())
 
     def pass_inputs(self, indexes: Sequence[int]) -> Dict[str, list]:
-        """The rollout round of ``indexes``: prompt + tokens so far, the pass's budget per row."""
+        """The rollout round of ``indexes``: prompt + tokens so far, the pass's budget per row (multi-turn: and
+        each conversation's state, and the extra columns its tools start from)."""
         rows = [self.rows[i] for i in indexes]
         prompts = [torch.cat([r["prompt"].to(TOKEN_DTYPE), r["tokens"]]) for r in rows]
-        return {"prompts": prompts, "prompt_length": torch.tensor([p.numel() for p in prompts]),
-                ROLLOUT_BUDGET: torch.tensor([self.budget(i) for i in indexes], dtype=torch.int32)}
+        out = {"prompts": prompts, "prompt_length": torch.tensor([p.numel() for p in prompts]),
+               ROLLOUT_BUDGET: torch.tensor([self.budget(i) for i in indexes], dtype=torch.int32)}
+        if self.turns:
+            out[CARRIED_TURN] = carried_turns.pass_column(rows)
+            out.update({k: [r["extra"][k] for r in rows] for k in self.extra_columns
+                        if all(k in r["extra"] for r in rows)})
+        return out
 
     def pass_groups(self, indexes: Sequence[int]):
         """(group of each row, numbered 0.. in order; each group's expected length for the queue: rows already
@@ -91,12 +102,25 @@ class CarryPool:
         return StopRule(need, sure, must)
 
     def extend(self, indexes: Sequence[int], responses: Sequence[torch.Tensor],
-               log_probs: Optional[Sequence[torch.Tensor]], iteration: int) -> None:
-        """Append a pass's new tokens (and their log-probs) to ``indexes``; every check before any change."""
+               log_probs: Optional[Sequence[torch.Tensor]], iteration: int,
+               turns: Optional[Dict[str, Sequence[torch.Tensor]]] = None) -> None:
+        """Append a pass's new tokens (and their log-probs) to ``indexes``; every check before any change.
+        ``turns``: a multi-turn pool's rollout outputs of the pass (carried_turns.PASS_COLUMNS)."""
         if len(responses) != len(indexes) or (log_probs is not None and len(log_probs) != len(indexes)):
             raise ValueError(f"partial rollout: {len(responses)} responses for {len(indexes)} rows")
+        if self.turns and (turns is None or any(len(turns.get(c, ())) != len(indexes)
+                                                for c in carried_turns.PASS_COLUMNS)):
+            raise ValueError(f"partial rollout: a multi-turn pass needs {list(carried_turns.PASS_COLUMNS)} for "
+                             f"each of its {len(indexes)} rows")
+        made = [{c: turns[c][k] for c in carried_turns.PASS_COLUMNS} for k in range(len(indexes))] \
+            if self.turns else None
         for k, (i, new) in enumerate(zip(indexes, responses)):
-            if new.numel() > self.budget(i):
+            if self.turns:
+                problem = carried_turns.pass_problem(k, self.rows[i], new.reshape(-1), made[k], self.budget(i),
+                                                     self.max_tokens)
+                if problem:
+                    raise ValueError(f"partial rollout: {problem}")
+            elif new.numel() > self.budget(i):
                 raise ValueError(f"partial rollout: row {k} of the pass made {new.numel()} tokens, over its budget "
                                  f"of {self.budget(i)}")
             if log_probs is not None and log_probs[k].numel() != new.numel():
@@ -110,6 +134,9 @@ class CarryPool:
             r["log_probs"] = torch.cat([r["log_probs"], lp])
             r["born"] = torch.cat([r["born"], torch.full((new.numel(),), int(iteration), dtype=torch.int64)])
             r["passes"] += 1
+            if self.turns:  # complete once its conversation ended (for any reason but the pass's cut)
+                r["done"] = carried_turns.apply_pass(r, made[k])
+                continue
             ended = self.eos_id is not None and new.numel() > 0 and int(new[-1]) == int(self.eos_id)
             r["done"] = ended or new.numel() < budget or r["tokens"].numel() >= self.max_tokens
 
@@ -131,6 +158,8 @@ class CarryPool:
         for key in self.extra_columns:
             if all(key in r["extra"] for r in taken):
                 columns[key] = [r["extra"][key] for r in taken]
+        if self.turns:
+            columns.update(carried_turns.take_columns(taken))
         born = torch.cat([r["born"] for r in taken])
         continued = [r for r in taken if r["passes"] > 1]
         age = (iteration - born).float()
@@ -153,13 +182,18 @@ class CarryPool:
 
     def state_dict(self) -> dict:
         return {"rows": [dict(r) for r in self.rows], "next_group": self.next_group, "n": self.n,
-                "max_tokens": self.max_tokens, "pass_tokens": self.pass_tokens}
+                "max_tokens": self.max_tokens, "pass_tokens": self.pass_tokens, "turns": self.turns}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue ``state`` (checked whole first, nothing changes on an error: ``state_problem``)."""
         problem = state_problem(state)
         if problem:
             raise ValueError(f"partial rollout: the pool to continue is damaged: {problem}")
+        if state.get("turns", False) != self.turns:
+            kind = {True: "multi-turn", False: "single-turn"}
+            raise ValueError(f"partial rollout: the checkpoint's pool was saved by a {kind[not self.turns]} run, "
+                             f"this run is {kind[self.turns]} (rl_config.multi_turn_enable must match to continue "
+                             f"its rows)")
         for key in ("n", "max_tokens", "pass_tokens"):
             if state[key] != getattr(self, key):
                 raise ValueError(f"partial rollout: the checkpoint's pool has {key}={state[key]}, this run "
@@ -207,6 +241,8 @@ def state_problem(state) -> Optional[str]:
             return f"its '{key}' is {state[key]!r}, not an int of at least {1 if key != 'next_group' else 0}"
     if not isinstance(state["rows"], list):
         return f"its 'rows' is a {type(state['rows']).__name__}, not a list"
+    if not isinstance(state.get("turns", False), bool):
+        return f"its 'turns' is {state['turns']!r}, not true or false"
     sizes: Dict[int, int] = {}
     for k, row in enumerate(state["rows"]):
         if not isinstance(row, dict):
@@ -227,6 +263,10 @@ def state_problem(state) -> Optional[str]:
             return f"row {k} has {made} tokens, more than max_tokens={state['max_tokens']}"
         if row["group"] >= state["next_group"]:
             return f"row {k}'s group {row['group']} is not below next_group={state['next_group']}"
+        if state.get("turns"):
+            problem = carried_turns.row_problem(k, row)
+            if problem:
+                return problem
         sizes[row["group"]] = sizes.get(row["group"], 0) + 1
     odd = [g for g, count in sizes.items() if count != state["n"]]
     if odd:

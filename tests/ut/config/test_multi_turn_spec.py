@@ -60,8 +60,6 @@ def test_the_plan_line_says_tools_limits_and_masking():
     (dict(tool_parser_format="hermse"), "rl_config.tool_parser_format='hermse' is not one of ['hermes'] (did you "
                                         "mean 'hermes'?)"),
     (dict(tool_call_timeout=0), "rl_config.tool_call_timeout=0 must be a number of seconds > 0"),
-    (dict(partial_rollout_max_split=2), "rl_config.partial_rollout_max_split > 1 with multi_turn_enable is not "
-                                        "implemented yet"),
 ])
 def test_bad_settings_are_named_word_for_word(kw, message):
     with pytest.raises(ValueError) as err:

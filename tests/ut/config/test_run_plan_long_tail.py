@@ -69,3 +69,36 @@ def test_the_kl_in_the_rewards_keeps_the_old_log_probs_even_on_policy_or_in_bypa
                                                *extra])).plan
         assert plan.features.kl_in_reward and plan.features.on_policy
         assert "actor_log_prob" in plan.stages, extra
+
+
+TOOLS = str(Path(__file__).resolve().parents[3] / "configs" / "tools" / "toy_secret.yaml")
+MULTI_TURN = ("rl_config.multi_turn_enable=true", f"rl_config.tool_config_path={TOOLS}", "rl_config.max_tool_calls=1",
+              "rl_config.max_parallel_calls=1",
+              "rl_config.max_total_response_length=12", "generate_config.sampling_config.max_tokens=4")
+
+
+def test_a_multi_turn_pools_budget_is_the_whole_conversation_and_its_state_travels():
+    plan = _plan(*MULTI_TURN, "rl_config.partial_rollout_max_split=5")
+    # max_total_response_length, not a turn's max_tokens, is a row's budget: 12 / 5 -> 3 per pass
+    assert (plan.partial.max_tokens, plan.partial.pass_tokens) == (12, 3)
+    assert plan.partial.budget_key == "rl_config.max_total_response_length"
+    assert plan.features.carried_turns
+    assert plan.stages["actor_rollout"].inputs == ("prompts", "rollout_budget", "labels", "carried_turn")
+    assert plan.stages["actor_rollout"].outputs[-3:] == ("loss_mask", "tool_call_num", "turn_state")
+    assert "(max_total_response_length=12 / partial_rollout_max_split=5)" in plan.long_tail_lines()[1]
+    single = _plan("rl_config.partial_rollout_max_split=5")
+    assert not single.features.carried_turns and "turn_state" not in single.stages["actor_rollout"].outputs
+    with pytest.raises(Exception, match=r"rl_config.partial_rollout_max_split=13 exceeds "
+                                        r"rl_config.max_total_response_length=12: a pass must make at least one "
+                                        r"token"):
+        _plan(*MULTI_TURN, "rl_config.partial_rollout_max_split=13")
+
+
+def test_a_pool_names_its_runs_kind_and_budget_key():
+    from mindspeed_rl.trainer.partial_rollout import pool_identity
+    multi = pool_identity(_plan(*MULTI_TURN, "rl_config.partial_rollout_max_split=5"))
+    single = pool_identity(_plan("rl_config.partial_rollout_max_split=5"))
+    assert multi["rl_config.multi_turn_enable"] is True and multi["rl_config.max_total_response_length"] == 12
+    assert "generate_config.sampling_config.max_tokens" not in multi
+    assert single["rl_config.multi_turn_enable"] is False
+    assert single["generate_config.sampling_config.max_tokens"] == 10

@@ -131,9 +131,9 @@ def test_a_pass_that_serves_scattered_rows_puts_each_response_on_its_own_pool_ro
     made = []
     extend = t.carry_pool.extend
 
-    def recording(indexes, responses, log_probs, iteration):
+    def recording(indexes, responses, log_probs, iteration, turns=None):
         made.append(list(indexes))
-        return extend(indexes, responses, log_probs, iteration)
+        return extend(indexes, responses, log_probs, iteration, turns)
     t.carry_pool.extend = recording
     partial_rollout.step(t, 1, next(t.data_iter))
     assert all(served == total // 2 for _, total, served in t.passes) and len(t.passes) > 1

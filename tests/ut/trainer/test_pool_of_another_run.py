@@ -44,7 +44,8 @@ def test_the_same_run_continues_its_pool(saved):
     assert torch.load(os.path.join(folder, partial_rollout.POOL_FILE), weights_only=True)["run"] == {
         "rl_config.seed": 1234, "megatron_training.global_batch_size": 8, "rl_config.n_samples_per_prompt": 4,
         "rl_config.partial_rollout_max_split": 3, "generate_config.sampling_config.max_tokens": 10,
-        "megatron_training.data_path": "toy:length", "tokenizer": again.pool_identity["tokenizer"]}
+        "megatron_training.data_path": "toy:length", "tokenizer": again.pool_identity["tokenizer"],
+        "rl_config.multi_turn_enable": False}
 
 
 @pytest.mark.parametrize("overrides,data,tok,said", [
