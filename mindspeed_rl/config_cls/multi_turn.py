@@ -10,7 +10,7 @@ the loss (the ``response_mask`` column); every token counts in the balancer's wo
 """
 import os
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Optional, Tuple
 
 from mindspeed_rl.algorithms.registry import did_you_mean
 from mindspeed_rl.tools.utils.tool_parser import ToolParser
@@ -29,7 +29,7 @@ class MultiTurnSpec:
     truncate_side: str             # which part of a long answer is kept: left (start), right (end), middle
     parser: str                    # tool-call format of the model's turns
     call_timeout: float            # seconds one tool call may take; past it the call is answered as timed out
-    routing: str = "sticky"        # which engine runs a conversation's next turn (ROUTINGS)
+    routing: Optional[str] = None  # which engine runs the turn after a tool round (ROUTINGS; None: the plan's)
     tokenizer_path: str = ""       # the tokenizer the workers decode turns and render tool answers with
     trust_remote_code: bool = False
 
@@ -39,13 +39,15 @@ class MultiTurnSpec:
         return (f"multi-turn: tools {list(self.tool_names)} from {self.tool_config_path}; at most "
                 f"{self.max_tool_calls} tool rounds per row, {self.max_parallel_calls} calls per round, "
                 f"{self.call_timeout:g} s per call; responses up to {self.max_total_response_length} tokens "
-                f"(model and tool tokens; tool tokens do not train); {cut}; {self.parser} tool calls; "
-                f"{self.routing} routing of the turn after a tool round")
+                f"(model and tool tokens; tool tokens do not train); {cut}; {self.parser} tool calls"
+                + (f"; {self.routing} routing of the turn after a tool round" if self.routing else ""))
 
 
 STICKY, FREE = "sticky", "free"
 ROUTINGS = (STICKY, FREE)
-DEFAULT_ROUTING = STICKY
+# where the queue can hand turns off (vLLM, no fixed shares); benchmarks/bench_agent_rollout.py measured free
+# routing against sticky: the same stage time, a fifth of the engines' busy imbalance
+DEFAULT_ROUTING = FREE
 
 
 def _int(rl_config, key: str, low: int) -> int:
@@ -108,7 +110,7 @@ def multi_turn_spec(rl_config, generate_config, max_prompt_length: int, tokenize
                 parser=_choice("tool_parser_format", rl_config.tool_parser_format, ToolParser.known(), "hermes"),
                 call_timeout=float(timeout),
                 routing=_choice("multi_turn_routing", getattr(rl_config, "multi_turn_routing", None), ROUTINGS,
-                                DEFAULT_ROUTING))
+                                None))
     try:
         names = load_tool_names(path)
     except ValueError as err:

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 from mindspeed_rl.algorithms import ADV_ESTIMATORS
 from mindspeed_rl.algorithms.spec import AdvantageSpec
 from mindspeed_rl.config_cls import stages as table
-from mindspeed_rl.config_cls.multi_turn import FREE, MultiTurnSpec, multi_turn_spec
+from mindspeed_rl.config_cls.multi_turn import DEFAULT_ROUTING, FREE, STICKY, MultiTurnSpec, multi_turn_spec
 from mindspeed_rl.config_cls.partial_rollout import PartialSpec, partial_spec
 from mindspeed_rl.config_cls.rl_config import resource_size
 from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec, correction_spec
@@ -513,8 +513,10 @@ def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec):
         correction = correction_spec(rl_config.rollout_correction, partial is not None)
     except ValueError as err:
         raise PlanError(str(err)) from None
-    if multi_turn is not None and multi_turn.routing == FREE and (spec.rollout.backend != "vllm"
-                                                                  or rl_config.guarantee_order):
+    can_hand_off = spec.rollout.backend == "vllm" and not rl_config.guarantee_order
+    if multi_turn is not None and multi_turn.routing is None:  # the default where the queue can hand turns off
+        multi_turn = dataclasses.replace(multi_turn, routing=DEFAULT_ROUTING if can_hand_off else STICKY)
+    if multi_turn is not None and multi_turn.routing == FREE and not can_hand_off:
         raise PlanError(f"rl_config.multi_turn_routing='free' hands a conversation's next turn to another vLLM engine "
                         f"through the rollout queue; this run "
                         + ("uses transformers generate, which runs a take's turns together (set "

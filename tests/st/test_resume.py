@@ -35,16 +35,25 @@ def _straight(tmp, tiny_model, *extra):
     return run(CONFIG, overrides, os.path.join(tmp, "a"), tiny_model), save, overrides
 
 
-def test_same_config_gives_identical_metrics(tiny_model, tmp_path):
-    first = run(CONFIG, ["megatron_training.train_iters=4"], str(tmp_path / "one"), tiny_model)
-    second = run(CONFIG, ["megatron_training.train_iters=4"], str(tmp_path / "two"), tiny_model)
+@pytest.fixture(scope="module")
+def straight_ddp(tiny_model, tmp_path_factory):
+    """The DDP straight run, shared by the tests that only read it (its checkpoints and its HF export)."""
+    return _straight(str(tmp_path_factory.mktemp("straight_ddp")), tiny_model)
+
+
+def test_same_config_gives_identical_metrics(straight_ddp, tiny_model, tmp_path):
+    first, _, overrides = straight_ddp
+    second = run(CONFIG, overrides + [f"megatron_training.save={tmp_path}/ckpt"], str(tmp_path / "two"), tiny_model)
     assert _numbers(first) == _numbers(second)  # bit for bit on CPU
 
 
 @pytest.mark.parametrize("engine", ["ddp", "fsdp"])
-def test_resume_continues_exactly(tiny_model, tmp_path, engine):
-    extra = ["megatron_training.use_distributed_optimizer=true"] if engine == "fsdp" else []
-    straight, save, overrides = _straight(str(tmp_path), tiny_model, *extra)
+def test_resume_continues_exactly(straight_ddp, tiny_model, tmp_path, engine):
+    if engine == "fsdp":
+        straight, save, overrides = _straight(str(tmp_path), tiny_model,
+                                              "megatron_training.use_distributed_optimizer=true")
+    else:
+        straight, save, overrides = straight_ddp
     assert open(os.path.join(save, TRACKER)).read().strip() == "4"
     assert os.path.isdir(os.path.join(save, "iter_0000002")) and os.path.isdir(os.path.join(save, "iter_0000004"))
     resumed = run(CONFIG, overrides + [f"megatron_training.load={save}/iter_0000002",
@@ -54,9 +63,9 @@ def test_resume_continues_exactly(tiny_model, tmp_path, engine):
     assert _numbers(resumed) == _numbers(straight[2:])
 
 
-def test_resume_without_optimizer_state_differs(tiny_model, tmp_path):
+def test_resume_without_optimizer_state_differs(straight_ddp, tiny_model, tmp_path):
     """The optimizer state really is restored: leaving it out changes iteration 3."""
-    straight, save, overrides = _straight(str(tmp_path), tiny_model)
+    straight, save, overrides = straight_ddp
     fresh = run(CONFIG, overrides + [f"megatron_training.load={save}/iter_0000002",
                                      "megatron_training.no_load_optim=true",
                                      f"megatron_training.save={tmp_path}/ckpt_b"], str(tmp_path / "b"), tiny_model)

@@ -88,11 +88,11 @@ def test_dapo_on_vllm_trains_with_dynamic_sampling(tmp_path, monkeypatch):
 
 
 def test_worker_killed_while_vllm_generates_is_named_in_one_line(tmp_path):
-    # long rollouts (256 rows of up to 56 tokens) so that the kill lands while vLLM generates
+    # long rollouts (64 rows of up to 56 tokens, 4 at a time per engine) so that the kill lands while vLLM generates
     args = [sys.executable, "cli/train_grpo.py", "--config", CONFIG, "--tiny-model-dir", str(tmp_path / "model"),
             "--output-dir", str(tmp_path / "out"), "megatron_training.train_iters=3",
-            "megatron_training.global_batch_size=64", "megatron_training.seq_length=64",
-            "generate_config.sampling_config.max_tokens=56", "rl_config.mini_batch_size=256",
+            "megatron_training.global_batch_size=16", "megatron_training.seq_length=64",
+            "generate_config.sampling_config.max_tokens=56", "rl_config.mini_batch_size=64",
             "generate_config.max_num_seqs=4", *VLLM[:2], *VLLM[3:]]
     run_ = Run(args, str(tmp_path / "log.txt"))
     hit = run_.wait_line(lambda text: text.startswith("iter 1:"), 600)

@@ -34,9 +34,9 @@ def test_the_plan_line_says_tools_limits_and_masking():
     assert spec.describe() == (
         f"multi-turn: tools ['secret'] from {os.path.abspath(TOY)}; at most 2 tool rounds per row, 1 calls per "
         "round, 60 s per call; responses up to 16 tokens (model and tool tokens; tool tokens do not train); tool "
-        "answers cut to 100 characters (middle); hermes tool calls; sticky routing of the turn after a tool round")
+        "answers cut to 100 characters (middle); hermes tool calls")
     assert multi_turn_spec(_rl(max_tool_response_length=0), GEN, 32).describe().endswith(
-        "tool answers kept whole; hermes tool calls; sticky routing of the turn after a tool round")
+        "tool answers kept whole; hermes tool calls")
 
 
 @pytest.mark.parametrize("kw,message", [

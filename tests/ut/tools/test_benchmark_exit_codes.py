@@ -2,10 +2,9 @@
 import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import pytest
-
-from vllm_need import need_vllm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -62,20 +61,26 @@ def test_smoke_table_has_a_row_per_dp_stage_and_skips_resume_markers(tmp_path, c
         assert any(line.split()[:2] == [name, "400.0"] for line in out.splitlines()), (name, out)
 
 
-@pytest.fixture(scope="module")
-def rollout_quick(tmp_path_factory):
-    """One real `bench_rollout.py --quick` (tiny and 14M models, both backends; ~2 min on 2 cores)."""
-    need_vllm()
+@pytest.fixture
+def rollout_quick(monkeypatch, tmp_path):
+    """`bench_rollout.py --quick` judged on the measurements of the committed full run, cut to what --quick
+    measures (tiny and 14M float32, no 150M, no CLI runs): the targets and the exit code, not the machine."""
     import json
     bench = _load("bench_rollout")
-    out = tmp_path_factory.mktemp("rollout_quick")
-    code = bench.main(["--quick", "--out-dir", str(out)])
-    return bench, code, json.loads((out / "bench_rollout.json").read_text())
+    full = json.loads((Path(ROOT) / "benchmarks" / "results" / "bench_rollout.json").read_text())
+    quick = dict(full, quick=True, cli={}, bf16_150m_skipped=None,
+                 balance_cases={"tiny": full["balance_cases"]["tiny"]},
+                 rollout=[r for r in full["rollout"] if r["model"] in ("tiny", "14M") and r["dtype"] == "float32"])
+    for key in ("wall_s", "targets"):
+        quick.pop(key, None)
+    monkeypatch.setattr(bench, "measure", lambda args, tmp: json.loads(json.dumps(quick)))
+    code = bench.main(["--quick", "--out-dir", str(tmp_path)])
+    return bench, code, json.loads((tmp_path / "bench_rollout.json").read_text()), quick
 
 
 @pytest.mark.parametrize("break_target", [False, True])
 def test_rollout_quick_exit_code_follows_the_fail_lines(rollout_quick, monkeypatch, capsys, tmp_path, break_target):
-    bench, code, res = rollout_quick
+    bench, code, res, quick = rollout_quick
     status = {t["name"]: t["status"] for t in res["targets"]}
     assert status["150M GRPO iteration"] == "INFO" and status["150M rollout float32"] == "INFO"
     assert status["14M rollout"] in ("PASS", "FAIL") and status["full length"] in ("PASS", "FAIL")
@@ -83,7 +88,7 @@ def test_rollout_quick_exit_code_follows_the_fail_lines(rollout_quick, monkeypat
         assert code == (1 if "FAIL" in status.values() else 0)
         return
     # the same measurements judged against a 1000x target: the 14M rollout must FAIL, exit 1
-    monkeypatch.setattr(bench, "measure", lambda args, tmp: dict(res))
+    monkeypatch.setattr(bench, "measure", lambda args, tmp: dict(quick))
     code = bench.main(["--quick", "--out-dir", str(tmp_path), "--target-scale", "1000"])
     out, err = capsys.readouterr()
     assert code == 1
