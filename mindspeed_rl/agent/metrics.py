@@ -38,7 +38,9 @@ def turn_summary(m: Dict[str, float]) -> str:
         return ""
     return (f" turns/row={m[f'{PREFIX}turns_per_row']:.2f} tool_calls/row={m[f'{PREFIX}tool_calls_per_row']:.2f} "
             f"tool_errors={m[f'{PREFIX}tool_errors']:.0f} tool_timeouts={m[f'{PREFIX}tool_timeouts']:.0f} "
-            f"engine_idle_on_tools={m[f'{PREFIX}engine_tool_wait_seconds']:.2f}s")
+            f"engine_idle_on_tools={m[f'{PREFIX}engine_tool_wait_seconds']:.2f}s"
+            + (f" busy_while_tools={m[f'{PREFIX}engine_busy_while_tools']:.0%}"
+               if f"{PREFIX}engine_busy_while_tools" in m else ""))
 
 
 def turn_metrics(results: List[Dict[str, float]]) -> Dict[str, float]:

@@ -79,3 +79,26 @@ def test_partial_rollout_carries_conversations_and_resumes_them(tmp_path, monkey
                                        f"megatron_training.save={tmp_path}/ckpt_b"], str(tmp_path / "b"), tiny)
     keys = ("reward/mean", "actor/pg_loss", "partial_rollout/continued_rows", "multi_turn/tool_calls_per_row")
     assert [resumed[0][k] for k in keys] == [straight[1][k] for k in keys]
+
+
+def test_a_tool_that_hangs_raises_and_floods_leaves_the_run_going(tmp_path):
+    """Fault drill through the CLI's run: the toy task's 'secret' tool replaced by one whose calls, in turn, hang
+    past tool_call_timeout, raise, answer 2 MB, or answer. Every fault becomes that call's answer and is counted;
+    the run trains its iterations (one worker, two iterations)."""
+    tools = tmp_path / "faulty.yaml"
+    tools.write_text("tools:\n  - class_name: mindspeed_rl.tools.toy_tools.FaultyTool\n"
+                     "    config: {type: native, hang_seconds: 3}\n"
+                     "    tool_schema: {type: function, function: {name: secret, description: drill,\n"
+                     "                  parameters: {type: object, properties: {}, required: []}}}\n")
+    overrides = TASK + [f"rl_config.tool_config_path={tools}", "rl_config.tool_call_timeout=0.5",
+                        "rl_config.max_tool_response_length=1", "rl_config.actor_resource.num_npus=1",
+                        "megatron_training.global_batch_size=8", "rl_config.n_samples_per_prompt=8",
+                        "rl_config.mini_batch_size=8", "megatron_training.train_iters=2", "rl_config.seed=7"]
+    history = run(CONFIG, overrides, str(tmp_path / "a"), str(tmp_path / "tiny_model"))
+    assert len(history) == 2
+    calls = sum(m["multi_turn/tool_calls_per_row"] * 64 for m in history)
+    timeouts = sum(m["multi_turn/tool_timeouts"] for m in history)
+    errors = sum(m["multi_turn/tool_errors"] for m in history)
+    assert calls >= 4 and timeouts >= 1 and errors >= 1, (calls, timeouts, errors)
+    for m in history:  # the flood was cut to one character: no response grew past its bound
+        assert m["response_length/max"] <= 8 and np.isfinite(m["actor/pg_loss"])

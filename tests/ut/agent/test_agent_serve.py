@@ -263,6 +263,9 @@ def test_the_iteration_line_says_the_turns_and_the_tools():
                                "engine_idle_on_tools=0.25s")
     assert StageTableTrainer._summary(3, dict(m, **{"reward/mean": 0.5})).endswith(turn_summary(m))
     assert turn_summary({"reward/mean": 0.5}) == ""
+    busy = turn_metrics([dict(counts, **{"multi_turn/count/tools_running_seconds": 2.0,
+                                         "multi_turn/count/engine_busy_while_tools_seconds": 1.5})])
+    assert turn_summary(busy).endswith("engine_idle_on_tools=0.25s busy_while_tools=75%")
 
 
 class HandoffSource:
