@@ -27,8 +27,8 @@ Free routing of multi-turn rows (``handoff``): a consumer hands back the convers
 with its next take (``turns``), and every take hands out such turns before fresh rows: to each consumer at most its
 share of the running and ready turns (``ceil((running + ready) / consumers)`` less the rows it runs, as its last
 report said), so a conversation's next turn goes to the engine that runs fewest rows, not back to the one that ran
-its earlier turns. Such a round ends when every row is reported complete (``Take.left`` counts the rows not complete),
-not when the fresh rows are out: an idle consumer asks again for turns still to come.
+its earlier turns. Such a round ends when every row is reported complete or cut (``Take.left`` counts the rows still
+running), not when the fresh rows are out: an idle consumer asks again for turns still to come.
 
 A take is keyed by ``(consumer, seq)``: asking again with the same key returns the same rows. Tensor-parallel
 peers that must generate together (a TP-sharded model's generate is a collective) ask as one consumer and so
@@ -56,14 +56,15 @@ class StopRule(NamedTuple):
 class Take(list):
     """The positions of one take, and ``left``: how many rows the queue still held when it was answered (0: the
     round is drained; the taker need not ask again). With ``handoff``: ``turns``, the (position, state) of the
-    conversations handed to this taker for their next turn, and ``left`` counts the round's rows not complete."""
+    conversations handed to this taker for their next turn, ``left`` counts the round's rows still running and
+    ``fresh`` the rows not yet handed out."""
 
-    def __init__(self, positions, left: int, turns=(), handoff: bool = False):
+    def __init__(self, positions, left: int, turns=(), handoff: bool = False, fresh: int = 0):
         super().__init__(positions)
-        self.left, self.turns, self.handoff = left, list(turns), handoff
+        self.left, self.turns, self.handoff, self.fresh = left, list(turns), handoff, fresh
 
     def __reduce__(self):
-        return Take, (list(self), self.left, self.turns, self.handoff)
+        return Take, (list(self), self.left, self.turns, self.handoff, self.fresh)
 
 
 def _positive(name: str, value, optional: bool = False) -> None:
@@ -178,7 +179,7 @@ class RolloutQueue:
             handed = self._hand_turns(consumer, int(want))
             want = int(want) - len(handed)
             if want <= 0 or not self.left:
-                take = self._takes[(consumer, seq)] = Take([], self._left(), handed, True)
+                take = self._takes[(consumer, seq)] = Take([], self._left(), handed, True, self.left)
                 self._next[consumer] = seq + 1
                 return take
         if self.chunk is not None:  # the untaken rows in position order (consecutive unless a stop dropped some)
@@ -191,7 +192,7 @@ class RolloutQueue:
         self._remove(rows)
         if self.handoff:
             self._running[consumer] += len(rows)
-            take = Take(rows, self._left(), handed, True)
+            take = Take(rows, self._left(), handed, True, self.left)
         else:
             take = Take(rows, self.left)
         self._takes[(consumer, seq)] = take
@@ -228,7 +229,8 @@ class RolloutQueue:
             raise ValueError(f"rollout queue: progress names position {bad}, outside [0, {self.rows})")
         if self.handoff and width > 2:
             state = data[:, 2].astype(np.int64)
-            fresh = np.unique(positions[(state == COMPLETE) & ~self._finished[positions]])
+            ended = (state == COMPLETE) | (state == CUT)  # a cut row leaves the round too (carried to the next)
+            fresh = np.unique(positions[ended & ~self._finished[positions]])
             self._finished[fresh] = True
             self.open -= int(fresh.size)
             if consumer is not None:
@@ -310,7 +312,7 @@ def rows_of(positions: Take, order, inputs: Dict[str, list], source) -> Rows:
     which the queue held nothing (``Take.left``), marks ``source`` drained (a handoff round: only the latter;
     ``source.handoff`` says the round routes turns freely)."""
     handoff = getattr(positions, "handoff", False)
-    source.handoff = handoff
+    source.handoff, source.fresh = handoff, getattr(positions, "fresh", positions.left)
     if positions.left == 0 or (not positions and not handoff):
         source.drained = True
     return Rows(list(positions), [int(order[p]) for p in positions],

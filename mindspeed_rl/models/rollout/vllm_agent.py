@@ -17,6 +17,7 @@ from mindspeed_rl.models.rollout.results import Served
 from mindspeed_rl.utils.rollout_queue import RUNNING, WAITING
 
 IDLE_POLL = 0.005  # seconds between asks of an engine with nothing to run while other engines hold conversations
+TURN_POLL = 0.02   # free routing, no fresh rows left: seconds between asks of a running engine for handed turns
 
 
 def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock=time.perf_counter) -> Served:
@@ -29,6 +30,7 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
     outbox: List[tuple] = []  # free routing: (position, state) of conversations to hand back with the next take
     prefill, steps, begin = 0, 0, clock()
     consumer = getattr(source, "consumer", 0)
+    asked = clock()
 
     def progress():
         report = [(meta[c.row][0], len(c.tokens), RUNNING) for c, _ in live.values()]
@@ -64,9 +66,12 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
         finish(out, conv, position, prompt_length, clock() - admitted, finished)
 
     while True:
-        if len(live) < cap or outbox:  # a conversation waiting on its tool holds no slot
-            if source.request(cap - len(live), progress, outbox):
-                outbox = []
+        # a conversation waiting on its tool holds no slot; with free routing and no fresh rows left, a running
+        # engine asks for other engines' turns only every TURN_POLL (each ask is a call to the queue)
+        room = len(live) < cap and (not source.handoff or getattr(source, "fresh", 1) > 0 or not live
+                                    or clock() - asked >= TURN_POLL)
+        if (room or outbox) and source.request(cap - len(live), progress, outbox):
+            outbox, asked = [], clock()
         got = source.poll(block=not live and not waiting)
         if got:
             now = clock()

@@ -2,7 +2,7 @@
 runs fewest rows, before fresh rows; the round ends when every row is complete, not when the fresh rows are out."""
 import pytest
 
-from mindspeed_rl.utils.rollout_queue import COMPLETE, RUNNING, WAITING, LocalSource, RolloutQueue, StopRule
+from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT, RUNNING, WAITING, LocalSource, RolloutQueue, StopRule
 
 
 def _queue(rows=6, consumers=2, cap=8):
@@ -115,3 +115,14 @@ def test_rows_the_stop_rule_drops_do_not_keep_the_round_open():
     assert queue.take("r", 0, 0, 1) == [0]  # the probe of group 0
     done = queue.take("r", 0, 1, 1, progress=[(0, 4, COMPLETE)])  # one group complete: the rest are dropped
     assert done == [] and done.left == 0 and queue.open == 0
+
+
+def test_a_round_of_cut_rows_ends_when_each_is_reported_cut_or_complete():
+
+    queue = _queue(rows=3, consumers=1)
+    assert queue.take("r", 0, 0, 4) == [0, 1, 2]
+    # partial rollout: two rows cut by the pass budget (carried to the next pass), one complete
+    still = queue.take("r", 0, 1, 4, progress=[(0, 4, CUT), (1, 4, RUNNING)])
+    assert still.left == 2 and queue.open == 2
+    done = queue.take("r", 0, 2, 4, progress=[(1, 5, COMPLETE), (2, 4, CUT)])
+    assert done.left == 0 and queue.open == 0
