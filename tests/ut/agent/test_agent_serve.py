@@ -383,3 +383,24 @@ def test_free_routing_on_two_engines_makes_the_same_conversations_as_sticky():
     # row 2's slow tool says how many engine steps it waited: timing, not routing
     assert {r: v for r, v in made.items() if r != 2} == {r: v for r, v in reference.items() if r != 2}
     assert made[2][1:][1] == reference[2][1:][1] and "after " in TOK.decode(made[2][0])
+
+
+def test_free_routing_without_fresh_rows_asks_for_turns_every_turn_poll_not_every_step():
+    from mindspeed_rl.models.rollout.vllm_agent import TURN_POLL
+    rows = [4]  # one row of 60 tokens: 60 engine steps
+    ticks = iter(range(10 ** 7))
+
+    def clock():  # a millisecond per reading, whatever the machine's speed
+        return next(ticks) * 1e-3
+
+    agent, backend = _agent(), _vllm(cap=4)
+    source = HandoffSource(0, [("take", [0], [])], rows, ends=lambda asked: any(
+        s == COMPLETE for _, report, _ in asked for _, _, s in report or []))
+    source.fresh = 0  # every row of the round is out
+    try:
+        served = serve_conversations(backend, agent, source, None, seed_of, EOS, clock=clock)
+    finally:
+        agent.close()
+    assert served.rows == [4] and len(served.responses[0]) == 60
+    readings_per_step = 3  # the loop reads the clock about this often per step
+    assert 2 <= len(source.requests) <= 60 * readings_per_step * 1e-3 / TURN_POLL + 3
