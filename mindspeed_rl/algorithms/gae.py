@@ -55,6 +55,20 @@ def token_level_rewards(scores: Union[Tensor, Sequence[float]], response_length,
     return rewards, mask
 
 
+def model_token_rewards(rewards: Tensor, mask: Tensor, model_mask: Tensor) -> Tuple[Tensor, Tensor]:
+    """Multi-turn rows: only the model's tokens (``model_mask``, the loss mask) take part in GAE. Returns (rewards,
+    mask & model_mask) with each row's reward on tokens outside the model's (the score sits on the last response
+    token, which may be a tool answer's) moved to its last model token; a row without model tokens keeps none."""
+    on = float_mask(mask, rewards).bool() & float_mask(model_mask, rewards).bool()
+    off_sum = torch.where(on, 0.0, rewards.float()).sum(dim=1)
+    cols = torch.arange(rewards.shape[1], device=rewards.device)
+    last = torch.where(on, cols[None, :], -1).max(dim=1).values
+    moved = torch.where(on, rewards.float(), 0.0)
+    rows = torch.nonzero(last >= 0).reshape(-1)
+    moved[rows, last[rows]] += off_sum[rows]
+    return moved, on
+
+
 def compute_gae_advantage_return(token_level_rewards: Rows, values: Rows, response_mask: Optional[Tensor],
                                  gamma: float, lam: float) -> Tuple[Tensor, Tensor]:
     """Generalised advantage estimation; returns (advantages whitened over the batch, returns).

@@ -161,15 +161,15 @@ VALUES = Stage("critic_compute_values", "dp", "critic", "compute_values", SEQ_CO
 # PPO use_kl_in_reward: per-token rewards = the score on the last token - kl_coef * KL(old || ref)
 KL_REWARD = Stage("compute_kl", "driver", "driver", "compute_kl_rewards",
                   ("rm_scores", "response_length", "old_log_prob", "ref_log_prob"), ("token_level_rewards",),
-                  when=_kl_in_reward)
+                  when=_kl_in_reward, extra_inputs=((LOSS_MASK, "multi_turn"),))
 # PPO: the estimator over the critic's values (GAE); per-token advantages and returns
 GAE_ADV = Stage("compute_advantage", "driver", "driver", "compute_advantage", ("rm_scores", "response_length", "values"),
                 ("advantages", "returns"), when=_critic,
-                optional_inputs=("token_level_rewards",))
+                optional_inputs=("token_level_rewards",), extra_inputs=((LOSS_MASK, "multi_turn"),))
 CRITIC_TRAIN = Stage("critic_train", "dp", "critic", "update", SEQ_COLUMNS + ("values", "returns"), (),
                      micro_batch_key="micro_batch_size", dispatch_key="critic_update_dispatch_size", balanceable=True,
                      share="mini",
-                     when=_critic)
+                     when=_critic, extra_inputs=((LOSS_MASK, "multi_turn"),))
 # rollout correction: importance weights and rejection between the trainer's old log-probs and the engine's
 ROLLOUT_CORR = Stage("rollout_correction", "driver", "driver", "compute_rollout_correction",
                      ("old_log_prob", ROLLOUT_LOG_PROBS, "response_length"), (IS_WEIGHTS, RESPONSE_MASK),

@@ -6,8 +6,9 @@ from typing import Dict, Mapping
 import torch
 
 from mindspeed_rl.algorithms import DRIVER_STAGES, get_adv_estimator_fn, register_stage
-from mindspeed_rl.algorithms.gae import token_level_rewards
+from mindspeed_rl.algorithms.gae import model_token_rewards, token_level_rewards
 from mindspeed_rl.algorithms.masked import masked_mean, pad_rows
+from mindspeed_rl.config_cls.stages import LOSS_MASK
 from mindspeed_rl.trainer.utils import correction_stage, ppo_stages
 from mindspeed_rl.data.columnar import unpadded_rows
 from mindspeed_rl.data.driver_dock import put_columns
@@ -36,6 +37,9 @@ def compute_advantage(trainer, stage) -> Dict[str, float]:
     else:
         scores = torch.cat([s.reshape(1).float() for s in batch["rm_scores"]])
         rewards, mask = token_level_rewards(scores, lengths)
+    if LOSS_MASK in batch:  # multi-turn: GAE runs over the model's tokens; the score moves to the last of them
+        model, _ = pad_rows([m.float().reshape(-1) for m in batch[LOSS_MASK]])
+        rewards, mask = model_token_rewards(rewards, mask, model[:, :rewards.shape[1]])
     values = pad_rows([t.float() for t in batch["values"]])[0] if "values" in batch else None
     advantages, returns = get_adv_estimator_fn(spec.name)(rewards, mask, plan.n_samples, spec, values=values)
     out = (unpadded_rows(advantages, lengths), unpadded_rows(returns, lengths))  # the round's tokens, one tensor

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from mindspeed_rl.config_cls.stages import CRITIC_TRAIN, VALUES
+from mindspeed_rl.config_cls.stages import CRITIC_TRAIN, LOSS_MASK, VALUES
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.loss.value_loss import value_loss
 from mindspeed_rl.utils.checkpoint import CRITIC_DCP_DIR, CRITIC_RNG_DIR
@@ -47,11 +47,14 @@ class CriticWorker(EngineWorker):
         def loss_fn(idx, vpreds, _):
             pred = pad_sequence(vpreds, batch_first=True)
             mask = pad_sequence([torch.ones_like(v) for v in vpreds], batch_first=True)
+            if LOSS_MASK in batch:  # multi-turn: the value loss is on the model's tokens
+                mask = mask * batch.padded(LOSS_MASK, idx).to(mask)
             return value_loss(pred, batch.padded("values", idx).to(pred.device),
                               batch.padded("returns", idx).to(pred.device), mask,
                               spec.loss.cliprange_value, token_level=token_level)
 
-        kept = [r.numel() for r in batch["responses"]]
+        kept = ([int(m.sum()) for m in batch[LOSS_MASK]] if LOSS_MASK in batch  # tool tokens are out
+                else [r.numel() for r in batch["responses"]])
         return self._mini_batch_step(self.critic, batch, kept, loss_fn, CRITIC_TRAIN.micro_batch_key,
                                      "token-mean" if token_level else "seq-mean-token-mean", with_entropy=False)
 

@@ -8,6 +8,7 @@ import torch
 
 from mindspeed_rl.algorithms import gae as adv
 from mindspeed_rl.algorithms.masked import masked_mean, pad_rows
+from mindspeed_rl.config_cls.stages import LOSS_MASK
 from mindspeed_rl.data.columnar import unpadded_rows
 from mindspeed_rl.data.driver_dock import put_columns
 
@@ -28,6 +29,9 @@ def compute_kl_rewards(td, stage, kl_coef: float, kl_penalty: str) -> Dict[str, 
     old, _ = pad_rows([t.float() for t in batch["old_log_prob"]])
     ref, _ = pad_rows([t.float() for t in batch["ref_log_prob"]])
     kl = adv.kl_in_reward(old, ref, kl_penalty)
+    if LOSS_MASK in batch:  # multi-turn: no KL on the tool's tokens (the policy did not sample them)
+        model, _ = pad_rows([m.float().reshape(-1) for m in batch[LOSS_MASK]])
+        kl = torch.where(model[:, :kl.shape[1]] > 0, kl, 0.0)
     lengths = _lengths(batch)
     rewards, mask = adv.token_level_rewards(_scores(batch), lengths, kl=kl, kl_coef=kl_coef)
     put_columns(td, {stage.outputs[0]: unpadded_rows(rewards, lengths)}, rows)

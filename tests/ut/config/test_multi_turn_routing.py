@@ -55,3 +55,13 @@ def test_a_routing_the_run_cannot_do_is_one_line(capsys, overrides, line):
     assert main(["--config", TINY, "--dry-run", *TOOLS, *overrides]) == 2
     err = capsys.readouterr().err
     assert err.startswith(line) and err.count("\n") == 1
+
+
+def test_ppo_with_multi_turn_reads_the_loss_mask_in_its_kl_gae_and_critic_stages():
+    ppo = os.path.join(ROOT, "configs", "ppo_tiny_cpu.yaml")
+    plan = build_configs(load_config(ppo, [*TOOLS, "rl_config.use_kl_in_reward=true"])).plan
+    for name in ("compute_kl", "compute_advantage", "critic_train", "actor_train"):
+        assert "loss_mask" in plan.stages[name].inputs, name
+    plain = build_configs(load_config(ppo, ["megatron_training.model_path=/unused",
+                                            "rl_config.use_kl_in_reward=true"])).plan
+    assert all("loss_mask" not in s.inputs for s in plain.stages.values())

@@ -91,3 +91,24 @@ def test_gae_runs_back_over_each_rows_tokens_and_whitens_the_advantages():
     assert _rows(dock, "returns") == [pytest.approx(r) for r in returns]
     assert metrics["critic/returns_mean"] == pytest.approx(np.mean([r for row in returns for r in row]))
     assert metrics["critic/values_mean"] == pytest.approx(0.5)
+
+
+def test_multi_turn_rows_take_no_kl_on_the_tools_tokens():
+    from mindspeed_rl.config_cls.stages import LOSS_MASK
+    kl_stage = StagePlan(KL_REWARD.name, 3, 1, False, stage=KL_REWARD, inputs=KL_REWARD.inputs + (LOSS_MASK,))
+    plan = RunPlan(Layout(1, 1, 1), prompts_per_round=3, n_samples=1, mini_batch_rows=3, epochs=1, train_iters=1,
+                   stages={KL_REWARD.name: kl_stage})
+    dock = DriverDock(3, 1, run_plan=plan)
+    dock.start_round({"prompts": [torch.tensor([1, 2])] * 3})
+    masks = [[1], [1, 0], [1, 0, 1]]
+    dock.put_experience({"rm_scores": [torch.tensor([s]) for s in SCORES],
+                         "response_length": [torch.tensor([n]) for n in LENGTHS],
+                         "old_log_prob": [torch.tensor(r) for r in OLD], "ref_log_prob": [torch.tensor(r) for r in REF],
+                         LOSS_MASK: [torch.tensor(m, dtype=torch.int8) for m in masks]}, [0, 1, 2])
+    ppo_stages.compute_kl_rewards(dock, kl_stage, kl_coef=0.5, kl_penalty="kl")
+    want = []
+    for old, ref, score, mask in zip(OLD, REF, SCORES, masks):
+        row = [-0.5 * (o - r) * m for o, r, m in zip(old, ref, mask)]
+        row[-1] += score
+        want.append(row)
+    assert _rows(dock, "token_level_rewards") == [pytest.approx(row) for row in want]

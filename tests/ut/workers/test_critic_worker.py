@@ -207,3 +207,20 @@ def test_export_writes_the_value_model(critic, tmp_path):
     _, worker = critic()
     path = str(tmp_path / "hf")
     assert worker.export_hf(path) == path and worker.critic.saved == [path]
+
+
+def test_multi_turn_rows_train_the_value_head_on_the_models_tokens_only(critic):
+    from mindspeed_rl.config_cls.stages import LOSS_MASK
+    plan, worker = critic("rl_config.token_level_loss=true")
+    batch = _batch([2, 3])
+    masks = [torch.tensor([1, 0], dtype=torch.int8), torch.tensor([1, 0, 1], dtype=torch.int8)]
+    batch = ColumnBatch(dict({k: batch[k] for k in batch.keys()}, **{LOSS_MASK: masks}))
+    worker.update([batch])
+    step = worker.critic.steps[0]
+    assert step["token_count"] == 3.0  # the model's tokens: 1 + 2 (the tool's are out of the count)
+    pred = torch.nn.utils.rnn.pad_sequence([0.1 * r.float() + 0.05 for r in batch["responses"]], batch_first=True)
+    mask = torch.nn.utils.rnn.pad_sequence([m.float() for m in masks], batch_first=True)
+    old = torch.nn.utils.rnn.pad_sequence(list(batch["values"]), batch_first=True)
+    ret = torch.nn.utils.rnn.pad_sequence(list(batch["returns"]), batch_first=True)
+    want, _ = value_loss(pred, old, ret, mask, plan.worker.loss.cliprange_value, token_level=True)
+    assert step["loss"] == pytest.approx(float(want))
