@@ -17,8 +17,9 @@ CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "grpo_ti
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_reward_rises_on_length_task(tmp_path, name, capsys):
-    history = run(CONFIG, LENGTH_TASK + ["rl_config.seed=7"] + ALGORITHMS[name], str(tmp_path),
-                  str(tmp_path / "tiny_model"))
+    # 45 of the benchmark's 60 iterations: every algorithm is past 0.9 by then (last-5 0.91-0.94 at seed 7)
+    history = run(CONFIG, LENGTH_TASK + ["rl_config.seed=7", "megatron_training.train_iters=45"] + ALGORITHMS[name],
+                  str(tmp_path), str(tmp_path / "tiny_model"))
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("algorithm: "))
     rewards = np.array([m["reward/mean"] for m in history])
     first, last = rewards[:5].mean(), rewards[-5:].mean()
