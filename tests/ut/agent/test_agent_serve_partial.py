@@ -13,7 +13,7 @@ from mindspeed_rl.models.rollout.results import RolloutResult
 from mindspeed_rl.models.rollout.vllm_agent import serve_conversations
 from mindspeed_rl.trainer.utils.carried_turns import PASS_COLUMNS
 from mindspeed_rl.trainer.utils.carry_pool import CarryPool
-from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT, RUNNING, LocalSource, RolloutQueue
+from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT, RUNNING, WAITING, LocalSource, RolloutQueue
 from mindspeed_rl.workers.integrated_worker import IntegratedWorker
 from tests.ut.agent.fakes import TOK, Tool
 from tests.ut.agent.test_agent_serve import EOS, SCRIPT, _agent, _row_turn, _vllm, seed_of
@@ -78,10 +78,10 @@ def _serve(path, rows, inputs):
     source = LocalSource(queue, 0, list(rows), inputs)
     request, source.heard = source.request, []
 
-    def spy(want, progress=None):  # what the queue hears of each finished row
+    def spy(want, progress=None, turns=None):  # what the queue hears of each finished row
         report = progress() if progress else []
-        source.heard += [(rows[p], state) for p, _, state in report if state != RUNNING]
-        return request(want, (lambda: report) if progress else None)
+        source.heard += [(rows[p], state) for p, _, state in report if state not in (RUNNING, WAITING)]
+        return request(want, (lambda: report) if progress else None, turns)
     source.request = spy
     try:
         if path == "transformers":
