@@ -225,3 +225,13 @@ def test_a_plain_round_does_not_route_turns_freely():
     source.request(1)
     source.poll()
     assert source.drained and not source.request(1, turns=[(0, "t")])  # drained: nothing goes out
+
+
+def test_a_bool_is_no_turn_position_and_no_free_slot_takes_no_turn():
+    queue = _queue(rows=4, consumers=1)
+    with pytest.raises(ValueError, match=r"a handed-back turn names position True, outside \[0, 4\)"):
+        queue.take("r", 0, 0, 2, turns=[(True, "t")])
+    queue.take("r", 0, 0, 4)
+    queue.take("r", 0, 1, 0, progress=[], turns=[(0, "a"), (1, "b")])
+    # a want below zero (a caller's slip) is no free slot: the turns stay in the queue
+    assert queue.take("r", 0, 2, -1, progress=[]).turns == [] and queue._ready == [(0, "a"), (1, "b")]
