@@ -34,13 +34,13 @@ class RecordingEngine(TurnEngine):
 
 
 class Counter:
-    """A clock that advances one second per read: each interval is a count of reads, never wall time."""
+    """A clock that advances one second per read from 1000: each interval is a count of reads, never wall time."""
 
     def __init__(self):
         self.reads = []
 
     def __call__(self):
-        self.reads.append(float(len(self.reads)))
+        self.reads.append(1000.0 + len(self.reads))
         return self.reads[-1]
 
 
