@@ -57,8 +57,15 @@ def _backend(cap, log_probs=True, params=None):
     return backend
 
 
+def _quick_agent():
+    """The agent of test_agent_serve with its slow tool answering at once (no wait on the engine's steps)."""
+    agent = _agent()
+    agent.runner.tools["slow"] = Tool(lambda a: "at once")
+    return agent
+
+
 def _serve(rows, cap, clock, agent=None, **kw):
-    agent, backend, queue = agent or _agent(), _backend(cap, **kw), RolloutQueue()
+    agent, backend, queue = agent or _quick_agent(), _backend(cap, **kw), RolloutQueue()
     queue.load(0, len(rows), 1, cap=cap)
     Clock.steps = 0
     try:
@@ -89,11 +96,11 @@ def test_each_step_is_traced_with_its_live_rows_and_the_prompt_tokens_that_joine
 def test_tool_times_add_up_and_the_busy_time_spans_the_serve():
     # row 3 alone: two tool rounds with nothing else to run, every waited second is idle; its tool answers only once
     # the loop read the clock again (so the loop waits on it at least once a round)
-    clock, agent = Counter(), _agent()
+    clock, agent = Counter(), _quick_agent()
 
     async def after_a_read(arguments):
         seen = len(clock.reads)
-        for _ in range(60000):  # a 60 s bound: a busy machine passes too
+        for _ in range(5000):  # the waiting loop reads the clock at least once a second; 5 s bound
             if len(clock.reads) > seen:
                 return str(arguments.get("a", 0) + arguments.get("b", 0))
             await asyncio.sleep(0.001)
@@ -104,10 +111,19 @@ def test_tool_times_add_up_and_the_busy_time_spans_the_serve():
     assert served.tool_busy == 0 and served.tool_wait == served.tool_running >= 2
     assert served.busy == clock.reads[-1] - clock.reads[0]
     assert all(0 < latency <= served.busy for latency in served.latency)
-    # row 2's slow tool answers after five steps of row 4: the engine is busy for those
-    clock = Counter()
-    _, served = _serve([2, 4], 2, clock)
-    assert served.tool_busy >= 5 and served.tool_running == served.tool_wait + served.tool_busy
+    # row 2's tool answers once the engine made step 20 (row 4 runs 60): the engine is busy from row 2's call on
+    clock, agent = Counter(), _agent()
+
+    async def at_step_20(_):
+        for _ in range(5000):  # row 4's steps take microseconds; a 25 s bound
+            if Clock.steps >= 20:
+                return "late"
+            await asyncio.sleep(0.005)
+        return "the engine never got to step 20"
+    agent.runner.tools["slow"] = Tool(at_step_20)
+    _, served = _serve([2, 4], 2, clock, agent=agent)
+    call = len(_turn_tokens(2, 0))
+    assert served.tool_busy >= 20 - call > 0 and served.tool_running == served.tool_wait + served.tool_busy
     assert served.busy == clock.reads[-1] - clock.reads[0]
     assert all(0 < latency <= served.busy for latency in served.latency)
 
@@ -119,7 +135,7 @@ def test_without_log_probs_the_loop_serves_none():
 
 
 def test_an_answer_that_ends_at_eos_on_its_last_budget_token_is_answered():
-    agent = _agent()
+    agent = _quick_agent()
     agent.max_tokens = len(_turn_tokens(1, 0))  # the turn's budget is the answer's length: it ends at EOS and budget
     _, served = _serve([1], 1, Counter(), agent=agent)
     assert served.turn_stats[0]["stop"] == ANSWERED
@@ -226,7 +242,7 @@ def test_an_engine_asks_for_its_free_slots_only(cap):
         source.request = spy
         return source
 
-    agent, backend, queue = _agent(), _backend(cap), RolloutQueue()
+    agent, backend, queue = _quick_agent(), _backend(cap), RolloutQueue()
     queue.load(0, len(SCRIPT), 1, cap=len(SCRIPT))
     Clock.steps = 0
     try:
