@@ -188,7 +188,10 @@ def test_a_conversation_moved_twice_counts_both_moves_its_turns_and_its_age():
     # engine 1 runs turn 1 and hands it on; the queue's wait is 0 (sent "in the future": clocks may disagree)
     state = (state[0], state[1], state[2], time.time() + 1000, state[4])
     backend, second, served = _handoff(1, [("take", [], [(0, state)])], rows, handed_on, steps)
-    assert [(r, t) for r, t, _ in backend.llm.llm_engine.admitted] == [(3, 1)]
+    engine = backend.llm.llm_engine
+    assert [(r, t) for r, t, _ in engine.admitted] == [(3, 1)]
+    # the taken-over turn's prompt (the conversation so far) is its first step's prefill
+    assert [t[2] for t in served.trace][:1] == [n for _, n in engine.prompts] and engine.prompts[0][1] > 20
     (_, state), = [t for _, _, turns in second.requests for t in turns]
     age = len(_turn_tokens(3, 0)) + len(_turn_tokens(3, 1))
     assert state[2] == age and state[0].moved == 1
