@@ -255,3 +255,15 @@ def test_an_engine_asks_for_its_free_slots_only(cap):
         agent.close()
     # a conversation waiting on its tool holds no slot; a running one does
     assert wants[0] == cap and all(0 <= w <= cap for w in wants) and sorted(served.rows) == sorted(SCRIPT)
+
+
+def test_a_take_of_a_fresh_row_and_a_turn_prefills_both():
+    rows, steps = [0, 1], lambda: float(Clock.steps)
+    Clock.steps = 0
+    _, first, _ = _handoff(0, [("take", [0], [])], rows, lambda asked: any(t for _, _, t in asked), steps)
+    handed = [t for _, _, turns in first.requests for t in turns]
+    ends = lambda asked: sum(s == COMPLETE for _, report, _ in asked for _, _, s in report or []) >= 2  # noqa: E731
+    backend, _, served = _handoff(1, [("take", [1], handed)], rows, ends, steps)
+    engine = backend.llm.llm_engine
+    assert [(r, t) for r, t, _ in engine.admitted] == [(1, 0), (0, 1)] and sorted(served.rows) == [0, 1]
+    assert served.trace[0][2] == sum(n for _, n in engine.prompts)  # both joined before the first step
