@@ -76,3 +76,33 @@ def test_an_empty_csv_id_cell_is_no_id_and_blank_lines_are_skipped(tmp_path):
     path.write_text("prompt_length,response_length,prompt_id\n1,2,a\n3,4, \n")
     with pytest.raises(ReportError, match=r"row 2 \(line 3\): no prompt_id while other rows have one"):
         read_lengths(str(path))
+
+
+def test_a_json_file_is_read_as_jsonl_whatever_it_starts_with(tmp_path):
+    path = tmp_path / "l.json"
+    path.write_text('[{"prompt_length": 1, "response_length": 1}]\n')
+    with pytest.raises(ReportError, match=r"l.json line 1: expected a JSON object, got list$"):
+        read_lengths(str(path))
+    path = tmp_path / "l.NDJSON"
+    path.write_text('7\n')
+    with pytest.raises(ReportError, match=r"l.NDJSON line 1: expected a JSON object, got int$"):
+        read_lengths(str(path))
+
+
+def test_csv_rows_of_empty_cells_are_skipped_not_the_end(tmp_path):
+    path = tmp_path / "l.csv"
+    path.write_text("prompt_length,response_length\n1,2\n,\n3,4\n")
+    assert read_lengths(str(path)).prompt.tolist() == [1, 3]
+
+
+def test_a_byte_order_mark_a_folder_and_a_binary_file(tmp_path):
+    path = tmp_path / "l.csv"
+    path.write_bytes("\ufeffprompt_length,response_length\n1,2\n".encode("utf-8"))
+    assert read_lengths(str(path)).response.tolist() == [2]
+    with pytest.raises(ReportError) as err:
+        read_lengths(str(tmp_path))
+    assert str(err.value) == f"{tmp_path} is a folder, expected a file"
+    path.write_bytes(b"prompt_length,response_length\n1,\xff\n")
+    with pytest.raises(ReportError) as err:
+        read_lengths(str(path))
+    assert str(err.value) == f"{path} is not a UTF-8 text file"
