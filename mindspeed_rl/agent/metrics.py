@@ -19,7 +19,7 @@ def turn_counts(served) -> Dict[str, float]:
            "tool_errors": sum(s["tool_errors"] for s in stats), "tool_timeouts": sum(s["tool_timeouts"] for s in stats),
            "tool_skipped": sum(s["tool_skipped"] for s in stats),
            "tool_seconds": sum(s["tool_seconds"] for s in stats),
-           "turns_moved": sum(s.get("moved", 0) for s in stats),
+           "turns_moved": sum(s["moved"] for s in stats),
            # the engine had nothing to run while it waited on tools
            "engine_tool_wait_seconds": served.tool_wait,
            # seconds a row of the engine's waited on a tool, those of them the engine stepped, its serve seconds

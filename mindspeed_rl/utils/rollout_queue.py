@@ -311,12 +311,11 @@ def rows_of(positions: Take, order, inputs: Dict[str, list], source) -> Rows:
     """The rows at ``positions`` of the queue order: their ids and their inputs; an empty take, or one after
     which the queue held nothing (``Take.left``), marks ``source`` drained (a handoff round: only the latter;
     ``source.handoff`` says the round routes turns freely)."""
-    handoff = getattr(positions, "handoff", False)
-    source.handoff, source.fresh = handoff, getattr(positions, "fresh", positions.left)
-    if positions.left == 0 or (not positions and not handoff):
+    source.handoff, source.fresh = positions.handoff, positions.fresh
+    if positions.left == 0 or (not positions and not positions.handoff):
         source.drained = True
     return Rows(list(positions), [int(order[p]) for p in positions],
-                {c: [v[p] for p in positions] for c, v in inputs.items()}, list(getattr(positions, "turns", [])))
+                {c: [v[p] for p in positions] for c, v in inputs.items()}, list(positions.turns))
 
 
 class LocalSource:

@@ -69,7 +69,7 @@ def serve_blocking(backend, agent, source, sampling, seed_of, eos_id, pad_id, ch
             result = backend.generate([c.next_prompt() for c in active], sampling,
                                       [turn_seed(seed_of(c.row), turn) for c in active], eos_id, pad_id, budgets)
             seconds = clock() - t0
-            out.trace.append((max((r.numel() for r in result.responses), default=0), len(active),
+            out.trace.append((max(r.numel() for r in result.responses), len(active),
                               sum(len(c.prompt) + len(c.tokens) for c in active), seconds))
             rounds = {}
             for i, (conv, response, budget) in enumerate(zip(active, result.responses, budgets)):

@@ -25,11 +25,11 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
     out = Served(log_probs=[] if backend.settings.returns_log_probs else None, masks=[], turn_stats=[])
     live: Dict[str, list] = {}      # request id -> [conversation, turn budget]
     waiting: Dict[int, tuple] = {}  # row -> (conversation, the future of its tool round)
-    meta: Dict[int, list] = {}      # row -> [position, prompt length, admitted at (s), admitted at (step), turns]
+    meta: Dict[int, list] = {}      # row -> [position, prompt length, admitted at (s), turns]
     finished: List[Tuple[int, int, int]] = []
     outbox: List[tuple] = []  # free routing: (position, state) of conversations to hand back with the next take
-    prefill, steps, begin = 0, 0, clock()
-    consumer = getattr(source, "consumer", 0)
+    prefill, begin = 0, clock()
+    consumer = source.consumer
     asked = clock()
 
     def progress():
@@ -39,16 +39,16 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
         return report
 
     def hand_back(conv: Conversation) -> None:
-        position, prompt_length, admitted, _, turn = meta.pop(conv.row)
+        position, prompt_length, admitted, turn = meta.pop(conv.row)
         outbox.append((position, (conv, prompt_length, clock() - admitted, time.time(), turn)))
 
     def take_over(position: int, state: tuple) -> int:
         conv, prompt_length, age, sent, turn = state  # its age so far plus the time it spent in the queue
-        meta[conv.row] = [position, prompt_length, clock() - age - max(time.time() - sent, 0.0), steps, turn]
+        meta[conv.row] = [position, prompt_length, clock() - age - max(time.time() - sent, 0.0), turn]
         return submit(conv)
 
     def submit(conv: Conversation) -> int:
-        turn = meta[conv.row][4]
+        turn = meta[conv.row][3]
         budget = agent.turn_budget(conv)
         rid = f"row{conv.row}t{turn}"
         if conv.engine is not None and conv.engine != consumer:
@@ -58,7 +58,7 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
         engine.add_request(rid, {"prompt_token_ids": prompt.tolist()},
                            backend._params(sampling, turn_seed(seed_of(conv.row), turn), eos_id, budget))
         live[rid] = [conv, budget]
-        meta[conv.row][4] += 1
+        meta[conv.row][3] += 1
         return prompt.numel()
 
     def done(conv: Conversation) -> None:
@@ -76,7 +76,7 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
         if got:
             now = clock()
             for row, position, conv in zip(got.ids, got.positions, conversations(agent, got)):
-                meta[row] = [position, conv.prompt_length, now, steps, 0]
+                meta[row] = [position, conv.prompt_length, now, 0]
                 prefill += submit(conv)
             for position, state in got.turns:  # free routing: turns of conversations other engines began
                 prefill += take_over(position, state)
@@ -104,7 +104,6 @@ def serve_conversations(backend, agent, source, sampling, seed_of, eos_id, clock
         count, start = len(live), clock()
         outputs = [o for o in engine.step() if o.finished]
         end = clock()
-        steps += 1
         if waiting:  # the engine steps other rows while these wait on their tools
             out.tool_running += end - start
             out.tool_busy += end - start

@@ -269,3 +269,36 @@ def test_a_multi_turn_round_adds_the_tool_figures_and_is_not_replayed():
     assert plan["tools"] == {"running": [2.0, 2.0], "busy": [1.5, 0.5]} and plan["lower_bound"] == 5.0
     assert key("static_s") not in metrics and key("replay_s") not in metrics  # tool time is not modelled
     assert plan["random_loads"] == plan["loads"] == [6.0, 4.0]
+
+
+def test_the_bound_is_the_longest_row_of_any_engine():
+    traces = _traces([4.0, 2.0], [[0], [1]], [[3.5], [1.0]], [[], []])
+    metrics, plan = queue_figures("actor_rollout", [0, 1], [1, 1], [1, 1], traces, 2, None, None, 2, [[0], [1]])
+    # the mean busy time is 3 s; the first engine's row took 3.5 s, no split ends earlier
+    assert metrics["dp_balance/actor_rollout/bound_s"] == plan["lower_bound"] == 3.5
+
+
+def test_tool_figures_of_rounds_whose_tools_took_no_time_or_an_engine_reported_none():
+    key = lambda stat: f"dp_balance/actor_rollout/{stat}"  # noqa: E731
+
+    def figures(busy, tools):
+        traces = _traces(busy, [[0], [1]], [[0.0], [0.0]], [[], []])
+        for t, value in zip(traces, tools):
+            if value is not None:
+                t["tools"] = value
+        return queue_figures("actor_rollout", [0, 1], [1, 1], [1, 1], traces, 2, None, None, 2, [[0], [1]])
+
+    # tools that took no time: no busy fraction (nothing to divide by), a share of 0
+    metrics, plan = figures([2.0, 1.0], [[0.0, 0.0], [0.0, 0.0]])
+    assert key("busy_while_tools") not in metrics and metrics[key("tool_share")] == 0.0
+    # engines that were never busy: a share of 0, not a division by zero
+    metrics, _ = figures([0.0, 0.0], [[0.0, 0.0], [0.0, 0.0]])
+    assert metrics[key("tool_share")] == 0.0
+    # fractions of a second count
+    metrics, _ = figures([0.25, 0.5], [[0.5, 0.25], None])
+    assert metrics[key("busy_while_tools")] == pytest.approx(0.5) and metrics[key("tool_share")] == pytest.approx(
+        0.5 / 0.75)
+    # an engine that reported no tool figures ran no tools: it adds nothing to either sum
+    metrics, plan = figures([3.0, 1.0], [[2.0, 1.0], None])
+    assert metrics[key("busy_while_tools")] == pytest.approx(0.5) and metrics[key("tool_share")] == pytest.approx(0.5)
+    assert plan["tools"] == {"running": [2.0, 0.0], "busy": [1.0, 0.0]}
