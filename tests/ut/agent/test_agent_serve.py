@@ -304,8 +304,8 @@ class HandoffSource:
         _, fresh, turns = answer
         if turns == "handed":  # give back whatever this consumer handed in its last request
             turns = self.requests[-1][2]
-        return Rows(list(fresh), [self.rows[p] for p in fresh], {"prompts": [self.prompts[self.rows[p]] for p in fresh]},
-                    list(turns))
+        prompts = [self.prompts[self.rows[p]] for p in fresh]
+        return Rows(list(fresh), [self.rows[p] for p in fresh], {"prompts": prompts}, list(turns))
 
 
 def test_free_routing_hands_a_conversation_back_after_its_tool_round_and_another_engine_finishes_it():
@@ -369,7 +369,7 @@ def test_free_routing_on_two_engines_makes_the_same_conversations_as_sticky():
             errors.append(err)
         finally:
             agent.close()
-    threads = [threading.Thread(target=engine, args=(c,)) for c in (0, 1)]
+    threads = [threading.Thread(target=engine, args=(c,), daemon=True) for c in (0, 1)]  # a hang fails, not stalls
     for t in threads:
         t.start()
     for t in threads:
