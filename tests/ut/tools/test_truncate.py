@@ -36,3 +36,7 @@ def test_an_unknown_side_or_a_negative_length_is_refused():
         truncate_tool_response(TEXT, 4, "center")
     with pytest.raises(ValueError, match=r"^max_tool_response_length must be >= 0 \(0: no limit\), got -1$"):
         truncate_tool_response(TEXT, -1, "left")
+
+
+def test_the_side_defaults_to_middle():
+    assert truncate_tool_response(TEXT, 4) == "ab...(truncated)...ij"
