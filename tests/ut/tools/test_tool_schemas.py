@@ -61,3 +61,20 @@ def test_upstream_module_path_hands_on_the_same_classes():
                  "OpenAIFunctionToolCall", "OpenAIFunctionPropertySchema", "OpenAIFunctionParametersSchema",
                  "OpenAIFunctionSchema", "ToolResponse"):
         assert getattr(face, name) is getattr(schemas, name)
+
+
+def test_function_tool_schema_builds_the_upstream_form_with_every_argument_required():
+    schema = schemas.function_tool_schema("search", "finds documents", query_list=("array", "queries"),
+                                          topk=("integer", "how many"))
+    assert schema.model_dump() == {"type": "function", "function": {
+        "name": "search", "description": "finds documents", "strict": False,
+        "parameters": {"type": "object", "required": ["query_list", "topk"], "properties": {
+            "query_list": {"type": "array", "description": "queries", "enum": None},
+            "topk": {"type": "integer", "description": "how many", "enum": None}}}}}
+
+
+def test_function_tool_schema_without_arguments_takes_an_empty_object():
+    schema = schemas.function_tool_schema("now", "the time")
+    params = schema.function.parameters
+    assert (schema.type, schema.function.name, schema.function.description) == ("function", "now", "the time")
+    assert (params.type, params.properties, params.required) == ("object", {}, [])
