@@ -79,8 +79,9 @@ class HermesToolParser(ToolParser):
 
 
 def _json_type(value) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number",
-            type(None): "null"}.get(type(value), type(value).__name__)
+    """The JSON name of a decoded value that is not an object (the callers handle objects)."""
+    return {list: "array", str: "string", bool: "boolean", int: "number", float: "number",
+            type(None): "null"}[type(value)]
 
 
 def _parse_block(body: str):

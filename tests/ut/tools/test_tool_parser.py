@@ -80,7 +80,8 @@ def test_extract_logs_and_skips_the_malformed(caplog):
     ids = TOK.encode('<tool_call>{"name": "f"}</tool_call>')
     with caplog.at_level("WARNING"):
         assert HERMES.extract_tool_calls(ids) == []
-    assert 'malformed tool call skipped: tool call 1 (f): "arguments" is missing' in caplog.text
+    assert [r.getMessage() for r in caplog.records] == [
+        'malformed tool call skipped: tool call 1 (f): "arguments" is missing']
 
 
 def test_an_unknown_parser_name_lists_the_known_ones():
@@ -109,3 +110,35 @@ def test_a_hugging_face_tokenizer_turn_with_its_end_token_parses():
     text = 'x<tool_call>\n{"name": "f", "arguments": {"a": "é"}}\n</tool_call><|im_end|>'
     ids = tokenizer.encode(text, add_special_tokens=False)
     assert ToolParser.get_tool_parser("hermes", tokenizer).extract_tool_calls(ids) == [call("f", a="é")]
+
+
+@pytest.mark.parametrize("body, got", [
+    ("true", "boolean"), ("3", "number"), ("1.5", "number"), ('"f"', "string"), ("null", "null"), ("[]", "array"),
+])
+def test_a_block_that_is_no_object_names_its_json_type(body, got):
+    assert HERMES.parse_text(f"<tool_call>{body}</tool_call>") == (
+        [], [f'tool call 1: expected a JSON object with "name" and "arguments", got {got}'])
+
+
+@pytest.mark.parametrize("arguments, got", [("false", "boolean"), ("7", "number"), ("[1]", "array")])
+def test_arguments_that_are_no_object_name_their_json_type(arguments, got):
+    body = f'{{"name": "f", "arguments": {arguments}}}'
+    assert HERMES.parse_text(f"<tool_call>{body}</tool_call>") == (
+        [], [f'tool call 1 (f): "arguments" must be a JSON object, got {got}'])
+
+
+def test_an_unclosed_block_after_malformed_ones_counts_them():
+    text = '<tool_call>{oops}</tool_call><tool_call>[1]</tool_call><tool_call>{"name": "a"'
+    calls, errors = HERMES.parse_text(text)
+    assert calls == [] and len(errors) == 3
+    assert errors[2] == "tool call 3: <tool_call> is not closed by </tool_call>"
+
+
+def test_known_names_the_registered_formats_sorted(monkeypatch):
+    assert ToolParser.known() == ("hermes",)
+    monkeypatch.setattr(ToolParser, "_registry", dict(ToolParser._registry))
+    ToolParser.register("plain")(HermesToolParser)
+    ToolParser.register("alpha")(HermesToolParser)
+    assert ToolParser.known() == ("alpha", "hermes", "plain")
+    with pytest.raises(ValueError, match=r"^unknown tool parser 'xml'; known: alpha, hermes, plain$"):
+        ToolParser.get_tool_parser("xml", TOK)
