@@ -5,9 +5,9 @@ from typing import Any, Dict, Mapping, Optional
 TOOL_TYPES = ("native",)
 
 
-def _kind(value: Any) -> str:
-    return "a number" if isinstance(value, (int, float)) and not isinstance(value, bool) else \
-        {bool: "true or false", str: "a string"}.get(type(value), type(value).__name__)
+def _kind(default: Any) -> str:
+    """What a key with this bool or str default takes."""
+    return "true or false" if isinstance(default, bool) else "a string"
 
 
 def type_problem(tool_type: Any) -> Optional[str]:
