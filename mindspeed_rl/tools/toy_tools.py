@@ -33,27 +33,20 @@ class SecretTool(BaseTool):
         self._truth.pop(instance_id, None)
 
 
-class FaultyTool(BaseTool):
+class FaultyTool(SecretTool):
     """A fault drill for the tool loop: its calls, in turn, hang (``hang_seconds``, past any sane
     tool_call_timeout), raise, answer ``flood_chars`` characters, or answer like SecretTool. Named 'secret' in a
     tool YAML it stands in for the toy task's tool; the run must go on through all of it."""
-    parameters = frozenset()
 
     def __init__(self, config: dict, tool_schema: Optional[OpenAIFunctionToolSchema] = None):
         super().__init__(config, tool_schema)
         self.hang_seconds = float(config.get("hang_seconds", 30.0))
         self.flood_chars = int(config.get("flood_chars", 2_000_000))
-        self._truth: Dict[str, str] = {}
         self._calls = itertools.count()
 
     @classmethod
     def default_tool_schema(cls) -> OpenAIFunctionToolSchema:
         return function_tool_schema("faulty", "Hangs, raises, floods or answers, in turn.")
-
-    def create(self, instance_id: Optional[str] = None, ground_truth: Optional[str] = None, **kwargs) -> str:
-        instance_id = super().create(instance_id)
-        self._truth[instance_id] = "" if ground_truth is None else str(ground_truth)
-        return instance_id
 
     def execute(self, instance_id: str, parameters: Dict[str, Any], **kwargs):
         kind = next(self._calls) % 4
@@ -63,7 +56,4 @@ class FaultyTool(BaseTool):
             raise RuntimeError("the faulty tool failed on purpose")
         if kind == 2:
             return "9" * self.flood_chars, 0.0, {}
-        return self._truth.get(instance_id, ""), 0.0, {}
-
-    def release(self, instance_id: str, **kwargs) -> None:
-        self._truth.pop(instance_id, None)
+        return super().execute(instance_id, parameters, **kwargs)
