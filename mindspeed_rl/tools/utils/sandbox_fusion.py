@@ -22,7 +22,7 @@ async def call_sandbox_api(sandbox_fusion_url: str, code: str, stdin: Optional[s
         return None, f"language {language!r} is not supported by SandboxFusion"
     payload = {"compile_timeout": compile_timeout, "run_timeout": run_timeout, "code": code, "stdin": stdin,
                "memory_limit_MB": memory_limit_mb, "language": language, "files": {}, "fetch_files": []}
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    headers = {"Accept": "application/json"}  # aiohttp sets Content-Type: application/json for json=
     timeout = aiohttp.ClientTimeout(total=compile_timeout + run_timeout + HTTP_GRACE_S)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:

@@ -17,7 +17,6 @@ def _bm25s():
 class LocalCorpus:
     def __init__(self, path: str) -> None:
         bm25s = _bm25s()
-        self.path = path
         self.documents = self._load(path)
         tokens = bm25s.tokenize([d["contents"] for d in self.documents], stopwords="en", show_progress=False)
         self.retriever = bm25s.BM25()

@@ -62,7 +62,8 @@ def test_the_first_rate_limit_wins_and_a_different_one_is_logged(gauge, caplog):
     with caplog.at_level(logging.WARNING):
         tool = ReTool({"rate_limit": 5}, None)
     assert tool._shared.size == 3
-    assert "rate_limit 5 ignored: the shared tool limit is already 3" in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == \
+        ["rate_limit 5 ignored: the shared tool limit is already 3"]
 
 
 def test_a_limit_works_in_one_event_loop_after_another():
