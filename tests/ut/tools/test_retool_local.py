@@ -152,3 +152,10 @@ def test_real_sandbox_stops_a_run_at_the_time_limit_and_cuts_long_output(box):
     assert (out, metrics["status"]) == ("timeout after 1 s", "timeout")
     out, _, metrics = run(tool, code="print('x' * 1000)")
     assert metrics["truncated"] is True and out.count("x") == 64
+
+
+def test_the_built_in_schema_the_model_sees():
+    assert ReTool.default_tool_schema().model_dump(exclude_none=True) == {"type": "function", "function": {
+        "name": "code_interpreter", "strict": False, "description": "Runs Python code and returns what it prints.",
+        "parameters": {"type": "object", "required": ["code"], "properties": {
+            "code": {"type": "string", "description": "The Python code to run."}}}}}
