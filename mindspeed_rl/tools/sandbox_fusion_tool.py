@@ -106,7 +106,8 @@ class SandboxFusionTool(BaseTool):
         elif result.status == "timeout":
             text = f"timeout after {timeout:g} s"
         else:  # killed by a signal: a limit (CPU time, memory) or the code itself
-            text = f"killed by signal {-(result.exit_code or 0)} after {result.wall_seconds:.1f} s " \
+            how = f" by signal {-result.exit_code}" if result.exit_code else ""
+            text = f"killed{how} after {result.wall_seconds:.1f} s " \
                    f"(limits: {limits.cpu_seconds} s CPU, {limits.memory_mb} MB memory)"
         return text, {"status": result.status, "wall_seconds": result.wall_seconds,
                       "truncated": result.output_truncated}
