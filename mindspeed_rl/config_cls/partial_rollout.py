@@ -56,9 +56,6 @@ def partial_spec(rl_config, generate_config, global_batch_size: int, multi_turn=
     if rl_config.guarantee_order:
         raise ValueError("rl_config.guarantee_order must be false when partial_rollout_max_split > 1 (carried rows "
                          "continue on whichever engine takes them from the rollout queue)")
-    if rl_config.filter_groups_enable:
-        raise ValueError("rl_config.partial_rollout_max_split > 1 with filter_groups_enable (DAPO dynamic sampling) "
-                         "is not implemented")
     key = CONVERSATION_KEY if multi_turn is not None else MAX_TOKENS_KEY
     max_tokens = (multi_turn.max_total_response_length if multi_turn is not None
                   else generate_config.sampling_config["max_tokens"])

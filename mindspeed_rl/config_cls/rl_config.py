@@ -180,6 +180,8 @@ class RLConfig(BaseConfig):
     multi_turn_routing (None: config_cls/multi_turn.py's default): which vLLM engine runs a conversation's next
         turn after its tool round: 'sticky' (the one that ran its earlier turns) or 'free' (the queue hands it to
         the engine running fewest rows).
+    trainer_mode ('sync'): how rollout and training share an iteration (verl's names; config_cls/trainer_mode.py):
+        'sync' (rollout, then training); 'colocate_async' and 'separate_async' are not implemented yet.
     seed (1234): seed of the RL-side random generators.
     """
 
@@ -302,6 +304,7 @@ class RLConfig(BaseConfig):
         self.max_all_rejected_iterations = 1
         self.tool_call_timeout = 60.0
         self.multi_turn_routing = None
+        self.trainer_mode = "sync"
         self.seed = 1234
 
         self.update(config_dict)

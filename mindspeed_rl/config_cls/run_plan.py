@@ -17,6 +17,7 @@ from mindspeed_rl.config_cls.partial_rollout import PartialSpec, partial_spec
 from mindspeed_rl.config_cls.rl_config import resource_size
 from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec, correction_spec
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, Features, Stage  # noqa: F401  (re-exported)
+from mindspeed_rl.config_cls.trainer_mode import SYNC, trainer_mode
 from mindspeed_rl.config_cls.worker_spec import WorkerSpec, default_worker_spec, worker_spec
 from mindspeed_rl.utils.workload import WorkloadModel
 SUPPORTED_LAYOUTS = "DP x TP; pipeline, context and expert parallel ranks are folded into DP"
@@ -172,6 +173,7 @@ class RunPlan:
     partial: Optional[PartialSpec] = None  # partial_rollout_max_split > 1
     correction: CorrectionSpec = CorrectionSpec()  # rl_config.rollout_correction
     multi_turn: Optional[MultiTurnSpec] = None  # rl_config.multi_turn_enable: conversations with tools
+    trainer_mode: str = SYNC  # rl_config.trainer_mode: the step function (trainer/modes)
 
     @property
     def gae(self) -> Optional[AdvantageSpec]:
@@ -192,8 +194,8 @@ class RunPlan:
     def dock_prompts(self) -> int:
         """Groups the dock must hold: a rollout batch or a train batch, whichever is larger (partial rollout:
         the pool of prompts in flight)."""
-        if self.partial is not None:
-            return self.partial.pool_prompts
+        if self.partial is not None:  # a pass's rows or, with dynamic sampling, the kept train batch
+            return max(self.partial.pool_prompts, self.train_prompts_per_round or 0)
         return max(self.prompts_per_round, self.train_prompts_per_round or 0)
 
     @property
@@ -608,6 +610,10 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
     if not rl_config.use_dynamic_bsz and (mini // dp) % actor_config.micro_batch_size:
         raise PlanError(f"rl_config.mini_batch_size // data parallel size = {mini // dp} must be "
                         f"divisible by micro_batch_size={actor_config.micro_batch_size}")
+    try:
+        mode = trainer_mode(rl_config)
+    except ValueError as err:
+        raise PlanError(str(err)) from None
     partial, correction, multi_turn, spec = _long_tail(actor_config, rl_config, generate_config, spec)
     feats = features(rl_config, spec, rows, correction, partial, multi_turn)
     critic = _critic(critic_config, rl_config, generate_config, mini, rows) if feats.critic else None
@@ -654,7 +660,7 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
                    balance=_balance(actor_config, rl_config), seed=rl_config.seed,
                    train_prompts_per_round=train_prompts, overlong=overlong, group_filter=group_filter,
                    worker=spec, placement=rl_config.placement_strategy, features=feats, critic=critic, advantage=advantage,
-                   partial=partial, correction=correction, multi_turn=multi_turn,
+                   partial=partial, correction=correction, multi_turn=multi_turn, trainer_mode=mode,
                    # a rank waits in a collective at most as long as its peers' stage runs: the driver's
                    # stage deadline fires first and names the rank that did not answer
                    timeouts=Timeouts(td_timeout=timeout, collective=max(timeout, stage_timeout) + 60.0,

@@ -1,21 +1,20 @@
 """DAPO's dynamic sampling (rl_config.filter_groups_enable), under any megatron_training.stage.
 
-An iteration runs the run plan's 'rollout' stages once per prompt batch: rollout, rewards, advantages, then
-the filter stage, which drops the groups whose filter metric is the same for every sample and keeps the rest
+A row part of the trainer modes (trainer/modes): an iteration runs the run plan's 'rollout' stages once per
+round of rows (a fresh prompt batch, or with partial rollout a take of complete groups from its pool): rollout,
+rewards, advantages, then the filter stage, which drops the groups whose filter metric is the same for every sample and keeps the rest
 on the driver. Batches are added until ``filter_groups_train_batch_size`` groups are kept (the surplus of the
 last batch is dropped) or ``filter_groups_max_batches`` batches ran (then the kept groups are trained on, and
 the shortfall is logged). The kept rows become a round of their own and the 'train' stages run on it: every
 DP rank gets a balanced share of whatever row count is left (sizes differ by at most one row).
 """
-import time
 from collections import defaultdict
 from typing import Dict
 
 import torch
 
 from mindspeed_rl.algorithms import register_stage
-from mindspeed_rl.config_cls.stages import FILTER_METRIC
-from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics, sum_by_rank
+from mindspeed_rl.config_cls.stages import FILTER_METRIC, ROLLOUT
 from mindspeed_rl.data.driver_dock import group_rows
 
 
@@ -36,25 +35,24 @@ class Kept:
         self.kept = self.dropped = self.train = 0
 
 
-def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
+def fill(trainer, rounds, iteration: int) -> Dict[str, float]:
+    """Draw rounds (trainer/modes/rounds.py: fresh batches, or partial rollout's pool) and run the rollout-phase
+    stages after the rollout on each (rewards, advantages, the filter) until the train batch is full or
+    ``filter_groups_max_batches`` rounds ran; the kept rows become the dock's train round. Returns the
+    dynamic-sampling metrics."""
     plan, td = trainer.run_plan, trainer.transfer_dock
     spec = plan.group_filter
-    start = time.perf_counter()
     trainer.kept = kept = Kept()
-    rollout_metrics, rollout_results, batches = [], [], 0
+    after = [s for s in plan.phase_stages("rollout") if s.name != ROLLOUT.name]
+    batches = 0
     while True:
-        trainer.took_batch(iteration)
+        rounds.next_round()
         batches += 1
-        # rounds numbered from the data position, so a resumed run draws the same random splits
-        td.set_round(2 * trainer.data_position - 2)
-        td.start_round(trainer.checked(batch), trainer.dataset_additional_keys)
-        # the rollout seed follows the batch, not the iteration: refills sample afresh
-        metrics, results = trainer.run_stages(plan.phase_stages("rollout"), iteration=trainer.data_position)
-        rollout_metrics.append(metrics)
-        rollout_results += results
+        metrics, results = trainer.run_stages(after, iteration=rounds.seed_iteration)
+        rounds.add_metrics(metrics)
+        rounds.results += results
         if kept.train >= spec.train_prompts or 0 < spec.max_batches <= batches:
             break
-        batch = next(trainer.data_iter)
     groups = kept.train
     rows = groups * plan.n_samples
     if rows < plan.min_train_rows:
@@ -66,17 +64,13 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
     if groups < spec.train_prompts:
         print(f"iter {iteration}: dynamic sampling stopped at filter_groups_max_batches={spec.max_batches}: "
               f"training on {groups} of {spec.train_prompts} groups", flush=True)
-    # the kept rows become this iteration's train round
-    td.set_round(2 * trainer.data_position - 1)
+    td.set_round(rounds.train_round)
     td.clear()
     td.put_experience(dict(kept.columns), list(range(rows)))
-    metrics, results = trainer.run_stages(plan.phase_stages("train"), iteration=iteration)
-    metrics.update(merge_rollout_metrics(rollout_metrics))
-    metrics.update({"dapo/rollout_batches": float(batches), "dapo/extra_rollout_batches": float(batches - 1),
-                    "train/num_gen_batches": float(batches), "dapo/kept_groups": float(kept.kept),
-                    "dapo/dropped_groups": float(kept.dropped), "dapo/train_groups": float(groups),
-                    "dapo/batch_full": float(groups >= spec.train_prompts)})
-    return trainer.finish_step(iteration, metrics, sum_by_rank(rollout_results) + results, start)
+    return {"dapo/rollout_batches": float(batches), "dapo/extra_rollout_batches": float(batches - 1),
+            "train/num_gen_batches": float(batches), "dapo/kept_groups": float(kept.kept),
+            "dapo/dropped_groups": float(kept.dropped), "dapo/train_groups": float(groups),
+            "dapo/batch_full": float(groups >= spec.train_prompts)}
 
 
 def filter_groups(trainer, stage) -> Dict[str, float]:

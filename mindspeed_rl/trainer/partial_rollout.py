@@ -1,18 +1,19 @@
-"""One iteration with partial rollout (``rl_config.partial_rollout_max_split > 1``; config_cls/partial_rollout.py).
+"""Partial rollout (``rl_config.partial_rollout_max_split > 1``; config_cls/partial_rollout.py): a row part of the
+trainer modes (trainer/modes).
 
 The pool (trainer/utils/carry_pool.py) is topped up with prompt batches while a whole batch fits; rollout passes
 run over its incomplete rows (each a round of the dock on the rollout queue, every row at most ``pass_tokens``
-new tokens) until ``global_batch_size`` prompts are complete; those become the train round and every other stage
-of the table runs on it as usual. The pool is saved beside the workers' state in every checkpoint.
+new tokens) until ``global_batch_size`` prompts are complete; those become a round of their own (``PoolRounds``),
+which the mode trains on (or filters first, with dynamic sampling). The pool is saved beside the workers' state in
+every checkpoint.
 """
 import os
-import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import torch
 
 from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS
-from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics, sum_by_rank
+from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics
 from mindspeed_rl.trainer.utils.carry_pool import CarryPool, is_int, state_problem
 from mindspeed_rl.trainer.utils.carried_turns import PASS_COLUMNS
 from mindspeed_rl.utils.tokenizer import tokenizer_digest
@@ -26,56 +27,99 @@ def make_pool(plan, eos_id, extra_columns) -> CarryPool:
                      turns=plan.multi_turn is not None)
 
 
-def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
-    plan, pool, td = trainer.run_plan, trainer.carry_pool, trainer.transfer_dock
-    spec = plan.partial
-    start = time.perf_counter()
-    trainer.took_batch(iteration)
-    pool.add(trainer.checked(batch))
-    while pool.groups + spec.train_prompts <= spec.pool_prompts:  # room for a whole batch: take the next
-        before = pool.groups
-        pool.add(trainer.checked(next(trainer.data_iter)))
-        trainer.data_position += 1
-        if pool.groups == before:
-            raise ValueError(f"partial rollout: prompt batch {trainer.data_position} holds no prompts")
-    rollout = [plan.stage(ROLLOUT.name)]
-    outputs = [c for c in rollout[0].outputs]
-    passes, unserved, rollout_metrics, rollout_results = 0, 0, [], []
-    while len(pool.complete_groups()) < spec.train_prompts:
-        rows = pool.pass_rows()
-        if not rows:  # every row is complete and still too few prompts: the batches were short
-            raise RuntimeError(f"partial rollout: the pool holds {pool.groups} prompts, all complete, fewer than the "
-                               f"{spec.train_prompts} an iteration trains (global_batch_size); the prompt batches "
-                               f"were smaller than global_batch_size")
-        trainer.rollout_passes += 1
-        passes += 1
-        td.set_round(2 * trainer.rollout_passes)  # rounds (and the pass's sampling seeds) follow the pass count
+class PoolRounds:
+    """Rounds of complete groups from the carry pool, one per ``next_round``: the pool is topped up with prompt
+    batches while a whole batch fits (the iteration's own batch first), rollout passes run over its incomplete
+    rows until ``train_prompts`` groups are complete, and the oldest of them go on the dock as a round of their
+    own. The passes' metrics and rank results gather here (``metrics()``, ``results``)."""
+
+    def __init__(self, trainer, iteration: int, batch: dict):
+        self.trainer, self.iteration, self.first = trainer, iteration, batch
+        self.results, self.passes, self.unserved = [], 0, 0
+        self._pass_metrics, self._takes, self._after = [], [], []
+        trainer.took_batch(iteration)
+
+    @property
+    def seed_iteration(self) -> int:
+        """The iteration number the rounds' driver stages run under: the pass count."""
+        return self.trainer.rollout_passes
+
+    def next_round(self) -> None:
+        trainer, pool, td = self.trainer, self.trainer.carry_pool, self.trainer.transfer_dock
+        plan = trainer.run_plan
+        spec = plan.partial
+        if self.first is not None:
+            pool.add(trainer.checked(self.first))
+            self.first = None
+        while pool.groups + spec.train_prompts <= spec.pool_prompts:  # room for a whole batch: take the next
+            before = pool.groups
+            pool.add(trainer.checked(next(trainer.data_iter)))
+            trainer.data_position += 1
+            if pool.groups == before:
+                raise ValueError(f"partial rollout: prompt batch {trainer.data_position} holds no prompts")
+        rollout = [plan.stage(ROLLOUT.name)]
+        outputs = list(rollout[0].outputs)
+        while len(pool.complete_groups()) < spec.train_prompts:
+            rows = pool.pass_rows()
+            if not rows:  # every row is complete and still too few prompts: the batches were short
+                raise RuntimeError(f"partial rollout: the pool holds {pool.groups} prompts, all complete, fewer than "
+                                   f"the {spec.train_prompts} an iteration trains (global_batch_size); the prompt "
+                                   f"batches were smaller than global_batch_size")
+            trainer.rollout_passes += 1
+            self.passes += 1
+            td.set_round(2 * trainer.rollout_passes)  # rounds (and the pass's sampling seeds) follow the pass count
+            td.clear()
+            td.put_experience(pool.pass_inputs(rows), list(range(len(rows))))
+            td.set_queue_groups(*pool.pass_groups(rows),
+                                stop=pool.stop_rule(rows, spec) if spec.async_engine else None)
+            metrics, results = trainer.run_stages(rollout, iteration=trainer.rollout_passes)
+            self._pass_metrics.append(metrics)
+            self.results += results
+            served = td.rows_with("responses")  # all of them, unless async_engine stopped the pass early
+            made = td.get_rows(outputs, served)
+            pool.extend([rows[i] for i in served], list(made["responses"]),
+                        list(made[ROLLOUT_LOG_PROBS]) if ROLLOUT_LOG_PROBS in made else None, self.iteration,
+                        {c: list(made[c]) for c in PASS_COLUMNS} if pool.turns else None)
+            self.unserved += len(rows) - len(served)
+        columns, take_metrics = pool.take(spec.train_prompts, self.iteration)
+        self._takes.append(take_metrics)
+        if ROLLOUT_LOG_PROBS not in td.experience_columns:
+            columns.pop(ROLLOUT_LOG_PROBS)
+        td.set_round(self.train_round)
         td.clear()
-        td.put_experience(pool.pass_inputs(rows), list(range(len(rows))))
-        td.set_queue_groups(*pool.pass_groups(rows), stop=pool.stop_rule(rows, spec) if spec.async_engine else None)
-        metrics, results = trainer.run_stages(rollout, iteration=trainer.rollout_passes)
-        rollout_metrics.append(metrics)
-        rollout_results += results
-        served = td.rows_with("responses")  # all of them, unless async_engine stopped the pass early
-        made = td.get_rows(outputs, served)
-        pool.extend([rows[i] for i in served], list(made["responses"]),
-                    list(made[ROLLOUT_LOG_PROBS]) if ROLLOUT_LOG_PROBS in made else None, iteration,
-                    {c: list(made[c]) for c in PASS_COLUMNS} if pool.turns else None)
-        unserved += len(rows) - len(served)
-    columns, partial_metrics = pool.take(spec.train_prompts, iteration)
-    if ROLLOUT_LOG_PROBS not in td.experience_columns:
-        columns.pop(ROLLOUT_LOG_PROBS)
-    td.set_round(2 * trainer.rollout_passes + 1)
-    td.clear()
-    td.put_experience(columns, list(range(len(columns["prompts"]))))
-    train = [s for s in plan.stages.values() if s.name != ROLLOUT.name]
-    metrics, results = trainer.run_stages(train, iteration=iteration)
-    metrics.update(merge_rollout_metrics(rollout_metrics))
-    metrics.update(partial_metrics)
-    metrics["partial_rollout/passes"] = float(passes)
-    if spec.async_engine:
-        metrics["partial_rollout/rows_left_in_queue"] = float(unserved)
-    return trainer.finish_step(iteration, metrics, sum_by_rank(rollout_results) + results, start)
+        td.put_experience(columns, list(range(len(columns["prompts"]))))
+
+    @property
+    def train_round(self) -> int:
+        return 2 * self.trainer.rollout_passes + 1
+
+    def add_metrics(self, metrics: Dict[str, float]) -> None:
+        """Metrics of the stages run on the latest take (dynamic sampling's rewards and filter)."""
+        self._after.append(metrics)
+
+    def metrics(self) -> Dict[str, float]:
+        """The passes' rollout metrics merged, the takes' pool metrics, the pass count."""
+        out = merge_rollout_metrics(self._pass_metrics)
+        out.update(merge_rollout_metrics(self._after))
+        out.update(merge_takes(self._takes))
+        out["partial_rollout/passes"] = float(self.passes)
+        if self.trainer.run_plan.partial.async_engine:
+            out["partial_rollout/rows_left_in_queue"] = float(self.unserved)
+        return out
+
+
+def merge_takes(takes: List[Dict[str, float]]) -> Dict[str, float]:
+    """The pool metrics of several takes in one iteration (dynamic sampling): counts add up, maxima are the
+    largest, the mean age is the takes' mean (equal takes), what is left in the pool is the last take's."""
+    if len(takes) == 1:
+        return dict(takes[0])
+    out = {}
+    for key in takes[-1]:
+        values = [t[key] for t in takes]
+        out[key] = (sum(values) if key.endswith(("continued_rows", "continued_tokens")) else
+                    max(values) if key.endswith(("_max", "max_passes")) else
+                    sum(values) / len(values) if key.endswith("_mean") else values[-1])
+    return out
 
 
 def pool_identity(plan, data_path: Optional[str] = None, tokenizer=None) -> Dict[str, object]:

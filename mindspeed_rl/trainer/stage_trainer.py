@@ -14,6 +14,7 @@ from tqdm import tqdm
 from mindspeed_rl.config_cls.algorithm_line import algorithm_record
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, ROLLOUT, TRAIN
 from mindspeed_rl.trainer import driver_stages, dynamic_sampling, partial_rollout  # noqa: F401  (registers)
+from mindspeed_rl.trainer.modes import mode_step
 from mindspeed_rl.trainer.stage_runner import StageRunner
 from mindspeed_rl.algorithms.kl import AdaptiveKLController, FixedKLController
 from mindspeed_rl.trainer.utils.reward_guard import RejectionGuard, RewardGuard
@@ -209,18 +210,10 @@ class StageTableTrainer:
         return self.history
 
     def step(self, iteration: int, batch: dict) -> Dict[str, float]:
-        """One iteration: the run plan's stages in order. A DP stage is the
-        dock's plan and rows, one call per rank, and one write of the results;
-        a driver stage is one fetch and one put."""
-        if self.carry_pool is not None:
-            return partial_rollout.step(self, iteration, batch)
-        if self.run_plan.group_filter is not None:
-            return dynamic_sampling.step(self, iteration, batch)
-        start = time.perf_counter()
-        self.took_batch(iteration)
-        self.transfer_dock.start_round(self.checked(batch), self.dataset_additional_keys)
-        metrics, results = self.run_stages(list(self.run_plan.stages.values()), iteration=iteration)
-        return self.finish_step(iteration, metrics, results, start)
+        """One iteration, as the run's trainer mode runs it (trainer/modes; sync: the run plan's stages in order).
+        A DP stage is the dock's plan and rows, one call per rank, and one write of the results; a driver stage
+        is one fetch and one put."""
+        return mode_step(self.run_plan.trainer_mode)(self, iteration, batch)
 
     def took_batch(self, iteration: int):
         self.iteration = iteration

@@ -126,3 +126,42 @@ def test_a_turns_budget_is_the_least_of_its_limits_and_never_negative(loops):
     cut.turn_start = 0  # a cut turn that made 20 of its 50
     assert loop.turn_budget(cut, budget=100) == 30
     assert loop.turn_budget(cut, budget=-3) == 0
+
+
+def test_a_tool_answer_that_uses_the_pass_up_exactly_cuts_after_it(loops):
+    answer = len(AgentLoop(_spec(), {}, TOK, Parser(), 50).block.ids(["a"]))
+    loop = loops({})
+    exact = Conversation(row=0, prompt=[1], budget=10 + answer)
+    exact.add_turn(list(range(10)))
+    assert not loop.after_tools(exact, _done([_result(OK)]))
+    assert exact.stop == "cut" and exact.pass_left == 0
+    spare = Conversation(row=1, prompt=[1], budget=11 + answer)
+    spare.add_turn(list(range(10)))
+    assert loop.after_tools(spare, _done([_result(OK)]))  # one token of the pass left: the model goes on
+    assert spare.stop is None and spare.pass_left == 1
+
+
+def test_a_turn_stopped_with_one_token_of_the_pass_left_is_read_not_cut(loops):
+    loop = loops({}, max_tokens=50)
+    conv = Conversation(row=0, prompt=[1], budget=len(_ids("no call")) + 1)
+    assert loop.after_turn(conv, _ids("no call"), ended=False) is None
+    assert conv.stop == LENGTH and conv.turn_start is None  # read (no call), not carried as a cut turn
+
+
+def test_a_full_response_clears_a_cut_turns_start(loops):
+    loop = loops({}, max_total_response_length=30)
+    conv = Conversation(row=0, prompt=[1], budget=100)
+    conv.add_turn(list(range(20)))
+    conv.turn_start = 0  # a turn an earlier pass cut
+    assert loop.after_turn(conv, list(range(10)), ended=False) is None
+    assert conv.stop == LENGTH and conv.turn_start is None and conv.stats()["turn_start"] == -1
+
+
+def test_a_carried_conversation_keeps_its_ground_truth(loops):
+    loop = loops({})
+    carried = torch.tensor([3, 1, 2, -1])  # 3 tokens made, 1 round, 2 calls, no cut turn
+    conv = loop.start(0, torch.tensor(_ids("Q") + [7, 8, 9]), label=torch.tensor(_ids("42")), budget=5,
+                      carried=carried)
+    assert (conv.ground_truth, conv.tokens, conv.start, conv.rounds_before, conv.calls_before) == \
+        ("42", [7, 8, 9], 3, 1, 2)
+    assert conv.turn_start is None and conv.pass_left == 5

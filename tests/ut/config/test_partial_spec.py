@@ -40,8 +40,6 @@ def test_the_plan_line_says_budget_pool_and_async():
     (dict(require_max_age_all_finished=1), "rl_config.require_max_age_all_finished=1 must be true or false"),
     (dict(guarantee_order=True), "rl_config.guarantee_order must be false when partial_rollout_max_split > 1 "
                                  "(carried rows continue on whichever engine takes them from the rollout queue)"),
-    (dict(filter_groups_enable=True), "rl_config.partial_rollout_max_split > 1 with filter_groups_enable (DAPO "
-                                      "dynamic sampling) is not implemented"),
     (dict(partial_rollout_max_split=9), "rl_config.partial_rollout_max_split=9 exceeds sampling_config.max_tokens=8: "
                                         "a pass must make at least one token"),
 ])

@@ -14,6 +14,7 @@ import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.stages import REWARD
 from mindspeed_rl.trainer import driver_stages, stage_trainer as hybrid
+from mindspeed_rl.trainer.modes import sync
 from mindspeed_rl.trainer.utils.reward_guard import RewardFailureError
 from mindspeed_rl.utils import checkpoint as ckpt
 from mindspeed_rl.workers.parallel_state import ParallelState
@@ -530,7 +531,9 @@ def test_the_rewards_stage_applies_the_plans_overlong_penalty(workers):
 
 def test_the_iteration_time_runs_from_the_steps_start_to_its_end(workers, monkeypatch):
     trainer = _real()
-    monkeypatch.setattr(hybrid, "time", Clock(50.0, 53.25))  # the step's two readings of the driver's clock
+    clock = Clock(50.0, 53.25)  # the step's two readings of the driver's clock: its start (the mode's), its end
+    monkeypatch.setattr(sync, "time", clock)
+    monkeypatch.setattr(hybrid, "time", clock)
     assert trainer.step(1, next(batches()))["timing/iteration"] == 3.25
 
 

@@ -9,6 +9,7 @@ import torch
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
 from mindspeed_rl.trainer import partial_rollout
+from mindspeed_rl.trainer.modes import sync
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
 from mindspeed_rl.data.driver_dock import DriverDock
 
@@ -76,7 +77,7 @@ class Trainer:
 
 def test_an_iteration_tops_up_the_pool_runs_passes_and_trains_complete_groups():
     t = Trainer()
-    metrics = partial_rollout.step(t, 1, next(t.data_iter))
+    metrics = sync.step(t, 1, next(t.data_iter))
     assert t.data_position == 2  # the first batch and one more: the pool holds 2 x 8 prompts
     # passes of 4 tokens until 8 prompts have all 4 samples complete: lengths <= 4 after one, <= 8 after two
     assert [p[0] for p in t.passes] == [1, 2] and t.passes[0][1] == 64 and metrics["partial_rollout/passes"] == 2
@@ -100,7 +101,7 @@ def test_an_iteration_tops_up_the_pool_runs_passes_and_trains_complete_groups():
 def test_the_next_iteration_continues_the_carried_rows_first_and_rows_complete_within_n_passes():
     t = Trainer()
     for it in range(1, 5):
-        partial_rollout.step(t, it, next(t.data_iter))
+        sync.step(t, it, next(t.data_iter))
         t.data_iter = t.data_iter  # the same iterator: the step takes more only while a batch fits the pool
     for train in t.trained:
         for prompt, response in zip(train["prompts"], train["responses"]):
@@ -113,7 +114,7 @@ def test_a_stopped_pass_extends_only_the_rows_it_served():
     t = Trainer("rl_config.async_engine=true", serve=lambda rows: rows[: len(rows) // 2])
     before = [r["tokens"].numel() for r in t.carry_pool.rows]
     assert before == []
-    partial_rollout.step(t, 1, next(t.data_iter))
+    sync.step(t, 1, next(t.data_iter))
     assert all(served == total // 2 for _, total, served in t.passes)
     assert len(t.trained[0]["prompts"]) == 32
     # each served row got its own tokens; unserved rows made nothing in that pass
@@ -135,7 +136,7 @@ def test_a_pass_that_serves_scattered_rows_puts_each_response_on_its_own_pool_ro
         made.append(list(indexes))
         return extend(indexes, responses, log_probs, iteration, turns)
     t.carry_pool.extend = recording
-    partial_rollout.step(t, 1, next(t.data_iter))
+    sync.step(t, 1, next(t.data_iter))
     assert all(served == total // 2 for _, total, served in t.passes) and len(t.passes) > 1
     assert any(indexes != list(range(len(indexes))) for indexes in made)  # pool rows past a prefix were served
     # every token a row holds is its own prompt's (prompt [L, ..] makes L, L, ..., EOS): none landed on another row
@@ -149,7 +150,7 @@ def test_a_pass_that_serves_scattered_rows_puts_each_response_on_its_own_pool_ro
 
 def test_the_pool_goes_into_the_checkpoint_and_comes_back(tmp_path):
     t = Trainer()
-    partial_rollout.step(t, 1, next(t.data_iter))
+    sync.step(t, 1, next(t.data_iter))
     assert not partial_rollout.has_pool(str(tmp_path))
     partial_rollout.save_pool(t, str(tmp_path))
     assert partial_rollout.has_pool(str(tmp_path))
@@ -169,11 +170,11 @@ def test_batches_that_can_never_fill_an_iteration_stop_with_one_error():
     t = Trainer()
     t.data_iter = iter([{"prompts": [], "labels": []}])
     with pytest.raises(ValueError, match="prompt batch 2 holds no prompts"):
-        partial_rollout.step(t, 1, {"prompts": [torch.tensor([3, 21], dtype=torch.int32)],
+        sync.step(t, 1, {"prompts": [torch.tensor([3, 21], dtype=torch.int32)],
                                     "labels": [torch.tensor([3])]})
     t = Trainer()
     # a pool too small to hold an iteration's prompts
     t.run_plan = dataclasses.replace(t.run_plan, partial=dataclasses.replace(t.run_plan.partial, pool_prompts=8))
     with pytest.raises(RuntimeError, match="holds 1 prompts, all complete, fewer than the 8"):
-        partial_rollout.step(t, 1, {"prompts": [torch.tensor([3, 21], dtype=torch.int32)],
+        sync.step(t, 1, {"prompts": [torch.tensor([3, 21], dtype=torch.int32)],
                                     "labels": [torch.tensor([3])]})

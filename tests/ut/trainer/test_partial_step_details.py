@@ -8,6 +8,7 @@ import torch
 
 from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS
 from mindspeed_rl.trainer import partial_rollout
+from mindspeed_rl.trainer.modes import sync
 from mindspeed_rl.utils.rollout_queue import StopRule
 from ut.trainer.test_partial_rollout_step import Trainer
 
@@ -62,7 +63,7 @@ class Recording(Trainer):
 
 def test_rounds_iterations_and_results_of_an_iteration():
     t = Recording()
-    partial_rollout.step(t, 5, next(t.data_iter))
+    sync.step(t, 5, next(t.data_iter))
     # passes 1 and 2: rounds 2p + 1 (set to 2p, then cleared); the train round after them: 2 * 2 + 2
     assert t.rounds == [3, 5, 6] and t.transfer_dock.round == 6
     assert t.calls == [(ROLLOUT.name, 1), (ROLLOUT.name, 2), ("rule_reward", 5)]
@@ -71,29 +72,29 @@ def test_rounds_iterations_and_results_of_an_iteration():
     # each pass's rank results add up (two passes of 1 s), then the train stages' (none here)
     assert results == [{"rank": 0.0, "timing/actor_rollout": 2.0}]
     assert t.stops == [None, None]  # sync passes have no stop rule
-    partial_rollout.step(t, 6, next(t.data_iter))
+    sync.step(t, 6, next(t.data_iter))
     assert t.rounds[3] == 2 * 3 + 1  # the next pass continues the count
 
 
 def test_exactly_enough_complete_prompts_end_the_passes():
     # lengths 1..4 and 5..8: after one pass of 4 tokens exactly 8 of the 16 prompts are complete
     t = Recording(lengths=[1, 2, 3, 4, 5, 6, 7, 8])
-    metrics = partial_rollout.step(t, 1, next(t.data_iter))
+    metrics = sync.step(t, 1, next(t.data_iter))
     assert metrics["partial_rollout/passes"] == 1
 
 
 def test_async_passes_carry_a_stop_rule_and_count_the_rows_left_in_the_queue():
     t = Recording("rl_config.async_engine=true", serve=lambda rows: rows[: len(rows) - 3])
-    metrics = partial_rollout.step(t, 1, next(t.data_iter))
+    metrics = sync.step(t, 1, next(t.data_iter))
     assert all(isinstance(s, StopRule) for s in t.stops) and t.stops[0].need == 8
     assert metrics["partial_rollout/rows_left_in_queue"] == 3 * metrics["partial_rollout/passes"]
-    assert "partial_rollout/rows_left_in_queue" not in partial_rollout.step(Recording(), 1, next(Recording().data_iter))
+    assert "partial_rollout/rows_left_in_queue" not in sync.step(Recording(), 1, next(Recording().data_iter))
 
 
 def test_a_run_without_rollout_log_probs_trains_without_them():
     t = Recording("rl_config.rollout_correction={rollout_is: null}")
     assert ROLLOUT_LOG_PROBS not in t.transfer_dock.experience_columns
-    partial_rollout.step(t, 1, next(t.data_iter))
+    sync.step(t, 1, next(t.data_iter))
     assert t.calls[-1][0] == "rule_reward" and len(t.trained[0]["prompts"]) == 32
 
 

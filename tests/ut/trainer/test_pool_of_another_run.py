@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from mindspeed_rl.trainer import partial_rollout
+from mindspeed_rl.trainer.modes import sync
 from mindspeed_rl.trainer.utils.carry_pool import state_problem
 from tests.ut.trainer.test_partial_rollout_step import Trainer
 
@@ -26,7 +27,7 @@ def saved(tmp_path):
     """A pool after one iteration (rows carried), saved by a run of data 'toy:length' and a 3-token tokenizer."""
     t = Trainer()
     t.pool_identity = partial_rollout.pool_identity(t.run_plan, "toy:length", Tok({"a": 0, "b": 1, "c": 2}))
-    partial_rollout.step(t, 1, next(t.data_iter))
+    sync.step(t, 1, next(t.data_iter))
     partial_rollout.save_pool(t, str(tmp_path))
     return t, str(tmp_path), os.path.join(str(tmp_path), partial_rollout.POOL_FILE)
 

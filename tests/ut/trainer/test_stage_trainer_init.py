@@ -3,7 +3,7 @@ dispatch, the driver state a checkpoint adds, and the skipped-steps baseline."""
 import pytest
 
 from mindspeed_rl.algorithms.kl import AdaptiveKLController, FixedKLController
-from mindspeed_rl.trainer import partial_rollout
+from mindspeed_rl.trainer import modes, partial_rollout
 from mindspeed_rl.trainer import stage_trainer as st
 from ut.trainer.test_grpo_trainer_driver import Saving, _trainer
 
@@ -38,9 +38,9 @@ def test_partial_rollout_makes_the_pool_and_takes_the_step(monkeypatch):
     assert pool is not None and pool.eos_id == 13 and pool.extra_columns == ("labels",)
     assert pool.pass_tokens == trainer.run_plan.partial.pass_tokens and trainer.rollout_passes == 0
     calls = []
-    monkeypatch.setattr(partial_rollout, "step", lambda *a: calls.append(a) or {"m": 1.0})
+    monkeypatch.setitem(modes.STEPS, "sync", lambda *a: calls.append(a) or {"m": 1.0})
     batch = {"prompts": []}
-    assert trainer.step(4, batch) == {"m": 1.0} and calls == [(trainer, 4, batch)]
+    assert trainer.step(4, batch) == {"m": 1.0} and calls == [(trainer, 4, batch)]  # the run's mode steps
 
 
 def test_a_partial_run_saves_and_loads_its_pool_with_the_groups(monkeypatch, tmp_path, capsys):
