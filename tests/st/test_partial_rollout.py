@@ -66,13 +66,23 @@ def test_resume_in_the_middle_of_carried_rows_equals_the_straight_run(tmp_path, 
 def test_ppo_and_dapo_train_on_carried_rows_with_the_correction(tmp_path):
     tiny = str(tmp_path / "tiny")
     ppo = os.path.join(os.path.dirname(CONFIG), "ppo_tiny_cpu.yaml")
-    for name, config, extra in (("ppo", ppo, []), ("dapo", CONFIG, ["megatron_training.stage=ray_dapo",
-                                                                      "rl_config.clip_higher_enable=true",
-                                                                      "rl_config.clip_ratio_high=0.28"])):
-        history = run(config, extra + ["rl_config.partial_rollout_max_split=2", "megatron_training.train_iters=2"],
-                      str(tmp_path / name), tiny)
-        # iteration 2 trains the groups completed in iteration 1, under weights updated since: weights != 1
-        assert history[1]["partial_rollout/passes"] == 0 and history[1]["partial_rollout/token_age_max"] == 1
-        assert history[1]["rollout_corr/rollout_is_max"] != 1.0, name
-        if name == "ppo":
-            assert all(abs(m["critic/vf_loss"]) < 1e3 for m in history)
+    history = run(ppo, ["rl_config.partial_rollout_max_split=2", "megatron_training.train_iters=2"],
+                  str(tmp_path / "ppo"), tiny)
+    # iteration 2 trains the groups completed in iteration 1, under weights updated since: weights != 1
+    assert history[1]["partial_rollout/passes"] == 0 and history[1]["partial_rollout/token_age_max"] == 1
+    assert history[1]["rollout_corr/rollout_is_max"] != 1.0
+    assert all(abs(m["critic/vf_loss"]) < 1e3 for m in history)
+    # DAPO with dynamic sampling on the pool: each take of 8 complete groups is filtered, and more passes and
+    # takes follow until 4 varying groups are kept
+    history = run(CONFIG, ["megatron_training.stage=ray_dapo", "rl_config.clip_higher_enable=true",
+                           "rl_config.clip_ratio_high=0.28", "rl_config.filter_groups_enable=true",
+                           "rl_config.filter_groups_metric=length_match", "rl_config.filter_groups_train_batch_size=4",
+                           "rl_config.filter_groups_max_batches=4", "rl_config.mini_batch_size=4",
+                           "rl_config.partial_rollout_max_split=2", "megatron_training.train_iters=2"],
+                  str(tmp_path / "dapo"), tiny)
+    for m in history:
+        assert m["dapo/kept_groups"] + m["dapo/dropped_groups"] == 8 * m["dapo/rollout_batches"]
+        assert 1 <= m["dapo/train_groups"] <= min(4, m["dapo/kept_groups"])
+        assert {"partial_rollout/passes", "actor/clip_frac_high"} <= set(m)
+    # iteration 2 trains rows carried from iteration 1, under weights updated since
+    assert history[1]["partial_rollout/token_age_max"] >= 1 and history[1]["rollout_corr/rollout_is_max"] != 1.0
