@@ -245,13 +245,13 @@ def _ranges(values: Sequence[int]) -> str:
 
 
 def unbalanced_consumers(plans: List[dict]) -> List[str]:
-    """Consumers among ``plans`` that were split at random, not balanced (e.g. actor_rollout)."""
-    return list(dict.fromkeys(p["consumer"] for p in plans if not p.get("balanced", True)))
+    """Consumers among ``plans`` (read_balance_file's) that were split at random, not balanced (e.g. actor_rollout)."""
+    return list(dict.fromkeys(p["consumer"] for p in plans if not p["balanced"]))
 
 
 def select_plans(plans: List[dict], iteration: Optional[int] = None, consumer: Optional[str] = None,
                  source: str = BALANCE_FILE) -> List[dict]:
-    """Plans of ``consumer`` (default: every consumer; the stages that were not balanced only
+    """Plans (read_balance_file's) of ``consumer`` (default: every consumer; the stages that were not balanced only
     when no stage was) in ``iteration`` (default: the last one present)."""
     if consumer is not None:
         consumers = list(dict.fromkeys(p["consumer"] for p in plans))
@@ -267,6 +267,6 @@ def select_plans(plans: List[dict], iteration: Optional[int] = None, consumer: O
         of = f" for consumer {consumer!r}" if consumer is not None else ""
         raise ReportError(f"no plans for iteration {iteration} in {source}{of}; "
                           f"iterations: {_ranges(iterations)}")
-    if consumer is None and any(p.get("balanced", True) for p in chosen):
-        chosen = [p for p in chosen if p.get("balanced", True)]
+    if consumer is None and any(p["balanced"] for p in chosen):
+        chosen = [p for p in chosen if p["balanced"]]
     return chosen
