@@ -16,18 +16,13 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "st")]
 
 from cli.train_grpo import run  # noqa: E402
+from tool_task_cases import LEARNING, TASK as TOOL_TASK  # noqa: E402
 
 CONFIG = ROOT / "configs" / "grpo_tiny_cpu.yaml"
-TASK = ["megatron_training.data_path=toy:tool", 'rl_config.verifier_function=["tool_match"]',
-        "rl_config.multi_turn_enable=true",
-        f"rl_config.tool_config_path={ROOT / 'configs' / 'tools' / 'toy_secret.yaml'}",
-        "rl_config.max_tool_calls=1", "rl_config.max_parallel_calls=1", "rl_config.max_total_response_length=8",
-        "generate_config.sampling_config.max_tokens=2", "megatron_training.global_batch_size=16",
-        "rl_config.n_samples_per_prompt=8", "rl_config.mini_batch_size=8", "rl_config.init_kl_coef=0.0",
-        "actor_config.lr=3.0e-3", "rl_config.seed=7"]
+TASK = TOOL_TASK + LEARNING
 COLUMNS = (("reward", "reward/mean"), ("tool-call rate", "multi_turn/tool_call_rate"),
            ("tool calls / row", "multi_turn/tool_calls_per_row"), ("turns / row", "multi_turn/turns_per_row"),
            ("tool token fraction", "multi_turn/tool_token_fraction"))

@@ -8,19 +8,13 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", ".."), os.path.dirname(os.path.abspath(__file__))]
 from cli.train_grpo import run  # noqa: E402
+from tool_task_cases import LEARNING, TASK  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 CONFIG = os.path.join(ROOT, "configs", "grpo_tiny_cpu.yaml")
-TASK = ["megatron_training.data_path=toy:tool", 'rl_config.verifier_function=["tool_match"]',
-        "rl_config.multi_turn_enable=true",
-        f"rl_config.tool_config_path={os.path.join(ROOT, 'configs', 'tools', 'toy_secret.yaml')}",
-        "rl_config.max_tool_calls=1", "rl_config.max_parallel_calls=1",
-        "rl_config.max_total_response_length=8", "generate_config.sampling_config.max_tokens=2"]
-TOOL_TASK = TASK + ["megatron_training.global_batch_size=16", "rl_config.n_samples_per_prompt=8",
-             "rl_config.mini_batch_size=8", "rl_config.init_kl_coef=0.0", "actor_config.lr=3.0e-3",
-             "megatron_training.train_iters=60", "rl_config.seed=7"]
+TOOL_TASK = TASK + LEARNING + ["megatron_training.train_iters=60"]
 
 
 def test_the_model_learns_to_call_the_tool_and_read_its_answer(tmp_path, capsys):
