@@ -34,11 +34,14 @@ class PartialSpec:
         """New tokens a row may make in one pass."""
         return math.ceil(self.max_tokens / self.max_split)
 
-    def describe(self) -> str:
+    def describe(self, filtered: bool = False) -> str:
+        """The plan's line; ``filtered``: dynamic sampling filters each take of complete prompts."""
         name = self.budget_key.rsplit(".", 1)[1]
+        takes = (f"takes of {self.train_prompts} complete prompts go to dynamic sampling's filter" if filtered else
+                 f"{self.train_prompts} complete prompts train per iteration")
         return (f"partial rollout: at most {self.pass_tokens} new tokens per row per pass "
                 f"({name}={self.max_tokens} / partial_rollout_max_split={self.max_split}); up to "
-                f"{self.pool_prompts} prompts in flight, {self.train_prompts} complete prompts train per iteration"
+                f"{self.pool_prompts} prompts in flight, {takes}"
                 + ("; a pass stops once they are complete (async_engine)" if self.async_engine else ""))
 
 

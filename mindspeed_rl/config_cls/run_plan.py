@@ -282,7 +282,7 @@ class RunPlan:
         """The plan's lines for multi-turn rollouts, partial rollout and rollout correction (none when all are
         off)."""
         return ([self.multi_turn.describe()] if self.multi_turn is not None else []) + (
-            [self.partial.describe()] if self.partial is not None else []) + (
+            [self.partial.describe(self.group_filter is not None)] if self.partial is not None else []) + (
             [self.correction.describe()] if self.correction.on else [])
 
     def stage(self, name: str) -> StagePlan:

@@ -28,6 +28,8 @@ def test_the_plan_line_says_budget_pool_and_async():
     assert PartialSpec(3, 10, 8, 16).describe() == (
         "partial rollout: at most 4 new tokens per row per pass (max_tokens=10 / partial_rollout_max_split=3); "
         "up to 16 prompts in flight, 8 complete prompts train per iteration")
+    assert PartialSpec(3, 10, 8, 16).describe(filtered=True).endswith(
+        "up to 16 prompts in flight, takes of 8 complete prompts go to dynamic sampling's filter")
     assert PartialSpec(3, 10, 8, 16, async_engine=True).describe().endswith(
         "train per iteration; a pass stops once they are complete (async_engine)")
 

@@ -53,6 +53,7 @@ def _trainer(*overrides):
 def test_the_filter_keeps_varying_groups_of_the_pools_takes(engines):
     trainer, workers = _trainer()
     assert trainer.run_plan.partial is not None and trainer.run_plan.group_filter is not None
+    assert trainer.run_plan.long_tail_lines()[0].endswith("takes of 8 complete prompts go to dynamic sampling's filter")
     data = batches()
     trainer.data_iter = data
     m = trainer.step(1, next(data))
