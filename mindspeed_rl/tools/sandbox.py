@@ -104,7 +104,7 @@ class SandboxLimits:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"SandboxLimits.{f.name} must be a positive number, got {value!r}")
-            if f.type in (int, "int") and not isinstance(value, int):
+            if f.type is int and not isinstance(value, int):
                 raise ValueError(f"SandboxLimits.{f.name} must be a whole number, got {value!r}")
 
 

@@ -1,0 +1,85 @@
+"""The sandbox's parts that need no bubblewrap: the limits' checks, how the launcher's report becomes a status,
+the probe's failure lines, and the output sink (what it keeps, how it decodes); and, in the real sandbox, the
+default stdin and a call from inside a running event loop."""
+import asyncio
+
+import pytest
+
+from mindspeed_rl.tools import sandbox as sb
+from mindspeed_rl.tools.sandbox import SandboxLimits, run_python
+from tests.ut.tools.test_sandbox import box  # noqa: F401  (fixture)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"wall_seconds": True}, "SandboxLimits.wall_seconds must be a positive number, got True"),
+    ({"wall_seconds": "5"}, "SandboxLimits.wall_seconds must be a positive number, got '5'"),
+    ({"memory_mb": 0}, "SandboxLimits.memory_mb must be a positive number, got 0"),
+    ({"cpu_seconds": 1.5}, "SandboxLimits.cpu_seconds must be a whole number, got 1.5"),
+])
+def test_limits_are_checked_by_field(kw, message):
+    with pytest.raises(ValueError) as err:
+        SandboxLimits(**kw)
+    assert str(err.value) == message
+    assert SandboxLimits(wall_seconds=0.5).wall_seconds == 0.5  # a float field takes a fraction
+
+
+@pytest.mark.parametrize("timed_out, status, code, want", [
+    (True, "exit 0", 0, ("timeout", None)),
+    (False, "exit 0", 0, ("ok", 0)),
+    (False, "exit 3", 3, ("error", 3)),
+    (False, "signal 9", None, ("killed", -9)),
+    (False, "word 7", 1, ("error", 1)),      # no report the launcher writes: bwrap's own code
+    (False, "", 137, ("killed", 137)),
+    (False, "", -9, ("killed", -9)),
+    (False, "", None, ("killed", None)),
+    (False, "", 2, ("error", 2)),
+])
+def test_the_launchers_report_becomes_the_status(timed_out, status, code, want):
+    assert sb._ending(timed_out, status, code) == want
+
+
+@pytest.mark.parametrize("said", ["bwrap: No permissions to create new namespace", "bwrap: write to uid map failed",
+                                  "bwrap: Setting up UID failed", "bwrap: Operation not permitted"])  # one word each
+def test_a_probe_stopped_by_namespaces_names_the_fix(said):
+    assert sb._probe_failure("/usr/bin/bwrap", f"first line\n{said}\n\n") == (
+        f"sandbox: /usr/bin/bwrap cannot create its namespaces here ({said}); {sb.USERNS_HINT}")
+
+
+def test_other_probe_failures_say_what_was_printed():
+    assert sb._probe_failure("bw", "") == ("sandbox: the test run of bw failed (no output); see "
+                                           "docs/features/multi_turn.md (sandbox)")
+    assert sb._probe_failure("bw", "  \nboom\n") == ("sandbox: the test run of bw failed (boom); see "
+                                                     "docs/features/multi_turn.md (sandbox)")
+
+
+def _drain(keep, *chunks):
+    async def go():
+        reader = asyncio.StreamReader()
+        for c in chunks:
+            reader.feed_data(c)
+        reader.feed_eof()
+        sink = sb._Sink(keep)
+        await sink.drain(reader)
+        return sink
+    return asyncio.run(go())
+
+
+def test_the_sink_keeps_its_first_bytes_and_counts_the_rest(monkeypatch):
+    monkeypatch.setattr(sb, "CHUNK", 2)  # reads of 2 bytes: the room left is filled exactly
+    sink = _drain(3, b"abcde")
+    assert (bytes(sink.data), sink.total) == (b"abc", 5)
+    assert sink.text() == "abc\n[output truncated: 5 bytes written, the first 3 kept]"
+    whole = _drain(5, b"ab", b"cde")
+    assert whole.text() == "abcde"
+
+
+def test_the_sink_decodes_broken_utf8_with_replacement_marks():
+    assert _drain(10, b"ok \xff\xfe!").text() == "ok \ufffd\ufffd!"
+
+
+def test_run_python_reads_empty_stdin_by_default_and_works_inside_a_running_loop(box):
+    assert run_python("import sys; print(repr(sys.stdin.read()))").stdout == "''\n"
+
+    async def inside():  # the caller's thread runs an event loop: the sandbox runs on a helper thread
+        return run_python("import sys; print(sys.stdin.read()[::-1])", stdin="abc")
+    assert asyncio.run(inside()).stdout == "cba\n"
