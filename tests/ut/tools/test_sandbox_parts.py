@@ -2,6 +2,7 @@
 the probe's failure lines, and the output sink (what it keeps, how it decodes); and, in the real sandbox, the
 default stdin and a call from inside a running event loop."""
 import asyncio
+import textwrap
 
 import pytest
 
@@ -33,6 +34,9 @@ def test_limits_are_checked_by_field(kw, message):
     (False, "", -9, ("killed", -9)),
     (False, "", None, ("killed", None)),
     (False, "", 2, ("error", 2)),
+    (False, "", 0, ("error", 0)),            # bwrap ended well but the launcher said nothing
+    (False, "", 128, ("error", 128)),
+    (False, "", 129, ("killed", 129)),       # 128 + N: a signal
 ])
 def test_the_launchers_report_becomes_the_status(timed_out, status, code, want):
     assert sb._ending(timed_out, status, code) == want
@@ -83,3 +87,27 @@ def test_run_python_reads_empty_stdin_by_default_and_works_inside_a_running_loop
     async def inside():  # the caller's thread runs an event loop: the sandbox runs on a helper thread
         return run_python("import sys; print(sys.stdin.read()[::-1])", stdin="abc")
     assert asyncio.run(inside()).stdout == "cba\n"
+
+
+def test_run_python_async_reads_empty_stdin_by_default_and_passes_undecodable_bytes(box):
+    read = "import sys; print(sys.stdin.buffer.read())"
+    assert asyncio.run(sb.run_python_async(read)).stdout == "b''\n"
+    # stdin given as text with surrogate escapes (bytes that were not UTF-8) reaches the code as those bytes
+    assert run_python(read, stdin="a\udcff").stdout == "b'a\\xff'\n"
+
+
+def test_tmp_holds_no_more_than_file_bytes_in_all(box):
+    # each file fits RLIMIT_FSIZE; together they pass the size of the sandbox's /tmp (a tmpfs of file_bytes)
+    r = run_python(textwrap.dedent("""\
+        written = 0
+        try:
+            for i in range(4):
+                with open(f"/tmp/f{i}", "wb") as f:
+                    f.write(b"x" * 300_000)
+                written += 1
+        except OSError as e:
+            print("stopped", type(e).__name__, written)
+        else:
+            print("wrote", written)
+        """), SandboxLimits(file_bytes=500_000))
+    assert r.stdout.startswith("stopped OSError 1"), (r.stdout, r.stderr)
