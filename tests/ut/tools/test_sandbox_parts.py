@@ -2,13 +2,18 @@
 the probe's failure lines, and the output sink (what it keeps, how it decodes); and, in the real sandbox, the
 default stdin and a call from inside a running event loop."""
 import asyncio
+import gc
+import os
+import sys
 import textwrap
+import time
+from types import SimpleNamespace
 
 import pytest
 
 from mindspeed_rl.tools import sandbox as sb
 from mindspeed_rl.tools.sandbox import SandboxLimits, run_python
-from tests.ut.tools.test_sandbox import box  # noqa: F401  (fixture)
+from tests.ut.tools.test_sandbox import _sandbox_pids, box  # noqa: F401  (fixture)
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -111,3 +116,81 @@ def test_tmp_holds_no_more_than_file_bytes_in_all(box):
             print("wrote", written)
         """), SandboxLimits(file_bytes=500_000))
     assert r.stdout.startswith("stopped OSError 1"), (r.stdout, r.stderr)
+
+
+def test_ancestors_of_a_path():
+    assert sb._ancestors("/a/b/c") == ["/a", "/a/b"] == sb._ancestors("/a/b/c/")
+    assert sb._ancestors("/a") == []
+
+
+def test_interpreter_dirs_skip_the_system_and_nested_prefixes(monkeypatch):
+    fake = SimpleNamespace(prefix="/opt/venv", base_prefix="/usr", exec_prefix="/opt/venv/lib/x",
+                           base_exec_prefix="/", executable="/srv/py/bin/python3")
+    monkeypatch.setattr(sb, "sys", fake)
+    assert sb._interpreter_dirs() == ["/opt/venv", "/srv/py"]
+    fake.base_prefix, fake.base_exec_prefix = "/usr/local", "/usr/lib/py"
+    assert sb._interpreter_dirs() == ["/opt/venv", "/srv/py"]
+
+
+def test_a_uid_range_is_used_only_when_both_maps_hold_it(tmp_path, monkeypatch):
+    maps = tmp_path / "map"
+    maps.write_text("0 0 100\n1000 5000 200\n\n")
+    assert sb._mapped(str(maps), 1000, 1200) and sb._mapped(str(maps), 0, 100)
+    assert not sb._mapped(str(maps), 999, 1100) and not sb._mapped(str(maps), 1000, 1201)
+    assert not sb._mapped(str(tmp_path / "none"), 0, 1)
+    asked = []
+    answers = {"/proc/self/uid_map": True, "/proc/self/gid_map": False}
+    monkeypatch.setattr(sb, "_mapped", lambda path, lo, hi: asked.append(path) or answers[path])
+    assert sb._sandbox_uid() == 65534  # the gid map lacks every range: nobody
+    assert asked[:2] == ["/proc/self/uid_map", "/proc/self/gid_map"]
+    answers["/proc/self/gid_map"] = True
+    lo, hi = sb.UID_RANGES[0]
+    assert lo <= sb._sandbox_uid() < hi
+
+
+def test_stderr_alone_can_be_cut_and_exactly_full_is_not_cut(box):
+    r = run_python("import sys; sys.stderr.write('e' * 50)", SandboxLimits(output_bytes=10))
+    assert r.output_truncated and r.stdout == "" and r.stderr.startswith("e" * 10 + "\n[output truncated")
+    r = run_python("import sys; sys.stderr.write('e' * 10)", SandboxLimits(output_bytes=10))
+    assert not r.output_truncated and r.stderr == "e" * 10
+    assert 0.0 <= r.wall_seconds < 300.0
+
+
+def _my_sandboxes():
+    me = os.getpid()
+    mine = []
+    for pid in _sandbox_pids():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                    mine.append(pid)
+        except (OSError, ValueError, IndexError):
+            pass
+    return mine
+
+
+def test_a_cancelled_run_kills_its_sandbox_and_closes_its_pipes(box, monkeypatch):
+    fds = len(os.listdir("/proc/self/fd"))
+    unraisable = []  # a transport left open fails in its __del__ once the loop is gone
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: unraisable.append(info.exc_value))
+
+    async def go():
+        task = asyncio.ensure_future(sb.run_python_async("import time; time.sleep(600)",
+                                                         SandboxLimits(wall_seconds=300)))
+        for _ in range(1200):  # until the sandbox runs (at most a minute)
+            if _my_sandboxes():
+                break
+            await asyncio.sleep(0.05)
+        assert _my_sandboxes(), "the sandbox never started"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    asyncio.run(go())
+    for _ in range(600):  # its processes end (bounded: a minute)
+        if not _my_sandboxes():
+            break
+        time.sleep(0.1)
+    assert _my_sandboxes() == []
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert unraisable == []
