@@ -194,3 +194,12 @@ def test_a_cancelled_run_kills_its_sandbox_and_closes_its_pipes(box, monkeypatch
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) == fds
     assert unraisable == []
+
+
+def test_a_job_marks_its_scratch_and_keeps_the_codes_bytes():
+    with sb._Job("# caf\udce9", SandboxLimits(), "/usr/bin/bwrap", True) as job:
+        assert os.path.basename(job.scratch).startswith(sb.MARKER + "-")
+        assert any(sb.MARKER + "-" in a for a in job.argv)  # how _sandbox_pids finds its processes
+        assert job.code_file.read() == b"# caf\xe9"  # surrogate escapes back to the bytes they stood for
+        scratch = job.scratch
+    assert not os.path.exists(scratch)
