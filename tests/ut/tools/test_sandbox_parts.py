@@ -203,3 +203,61 @@ def test_a_job_marks_its_scratch_and_keeps_the_codes_bytes():
         assert job.code_file.read() == b"# caf\xe9"  # surrogate escapes back to the bytes they stood for
         scratch = job.scratch
     assert not os.path.exists(scratch)
+
+
+def _policy(monkeypatch, tmp_path, root, sized):
+    """The bwrap command line of a job, on a stand-in host: one top-level link and one folder, one /etc file, one
+    interpreter prefix."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "bin").symlink_to("usr/bin")
+    monkeypatch.setattr(sb, "TOP_LINKS", (str(tmp_path / "bin"), str(tmp_path / "lib"), str(tmp_path / "none")))
+    monkeypatch.setattr(sb, "ETC", ("/etc/ld.so.cache",))
+    monkeypatch.setattr(sb, "ENV", {"HOME": "/sandbox", "LANG": "C.UTF-8"})
+    monkeypatch.setattr(sb, "_interpreter_dirs", lambda: ["/opt/py/3.11"])
+    limits = SandboxLimits(cpu_seconds=7, memory_mb=3, max_processes=5, file_bytes=1000)
+    job = sb._Job("x = 1", limits, "/usr/bin/bwrap", sized)
+    job.__enter__()
+    try:
+        return job, job._argv(root, 4321 if root else -1)
+    finally:
+        job.__exit__()
+
+
+def _tail(job, tmp_path, uid, size):
+    return (["--hostname", "sandbox", "--ro-bind", "/usr", "/usr",
+             "--symlink", "usr/bin", str(tmp_path / "bin"), "--ro-bind", str(tmp_path / "lib"), str(tmp_path / "lib"),
+             "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+             "--proc", "/proc", "--dev", "/dev", "--perms", "1777", *size, "--tmpfs", "/tmp",
+             "--perms", "1777", *size, "--tmpfs", "/dev/shm",
+             "--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/py",
+             "--perms", "0755", "--dir", "/code", "--ro-bind", "/opt/py/3.11", "/opt/py/3.11",
+             "--bind", job.scratch, "/sandbox", "--perms", "0444", "--ro-bind-data", str(job.pass_fds[0]),
+             "/code/main.py", "--remount-ro", "/", "--chdir", "/sandbox", "--clearenv",
+             "--setenv", "HOME", "/sandbox", "--setenv", "LANG", "C.UTF-8",
+             sys.executable, "-I", "-u", "-c", sb._BOOT, os.path.basename(job.scratch), str(job.status_w), uid,
+             "7", str(3 * 2**20), "5", "1000"])
+
+
+def test_the_command_line_of_a_privileged_sandbox(monkeypatch, tmp_path):
+    job, argv = _policy(monkeypatch, tmp_path, root=True, sized=True)
+    assert argv == ["/usr/bin/bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
+                    "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--cap-add", "CAP_SETUID",
+                    "--cap-add", "CAP_SETGID"] + _tail(job, tmp_path, "4321", ["--size", "1000"])
+
+
+def test_the_command_line_of_an_unprivileged_sandbox(monkeypatch, tmp_path):
+    job, argv = _policy(monkeypatch, tmp_path, root=False, sized=False)
+    assert argv == ["/usr/bin/bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--unshare-user",
+                    "--disable-userns"] + _tail(job, tmp_path, "-1", [])
+
+
+def test_a_job_closes_what_it_opened(tmp_path):
+    job = sb._Job("x = 1", SandboxLimits(), "/usr/bin/bwrap", True)
+    job.__enter__()
+    code, r, w = job.code_file, job.status_r, job.status_w
+    job.__exit__()
+    assert code.closed and not os.path.exists(job.scratch)
+    for fd in (r, w):
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    job.__exit__()  # twice: nothing left to close, no error
