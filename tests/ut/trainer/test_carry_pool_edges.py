@@ -70,3 +70,13 @@ def test_the_stop_rule_counts_what_is_needed_what_ends_for_sure_and_what_must_ru
     assert list(pool.stop_rule(rows, PartialSpec(3, 6, 3, 8, max_age_finished=True)).must) == [False, False]
     assert list(pool.stop_rule(rows, PartialSpec(2, 6, 3, 8, max_age_finished=False)).must) == [False, False]
     assert list(pool.stop_rule(rows, PartialSpec(1, 6, 3, 8, max_age_finished=True)).must) == [True, True]
+
+
+def test_a_pool_saved_before_pools_recorded_turns_continues_as_single_turn():
+    pool = _pool()
+    pool.add({"prompts": [torch.tensor([1, 2], dtype=TOKEN_DTYPE)]})
+    state = pool.state_dict()
+    del state["turns"]  # an older checkpoint: single-turn rows only
+    again = _pool()
+    again.load_state_dict(state)
+    assert [r["group"] for r in again.rows] == [r["group"] for r in pool.rows] and not again.turns
