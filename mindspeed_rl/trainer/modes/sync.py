@@ -8,7 +8,7 @@ from typing import Dict
 
 from mindspeed_rl.config_cls.stages import ROLLOUT
 from mindspeed_rl.trainer import dynamic_sampling
-from mindspeed_rl.trainer.modes import register_mode
+from mindspeed_rl.trainer.modes.registry import register_mode
 from mindspeed_rl.trainer.modes.rounds import BatchRounds
 from mindspeed_rl.trainer.partial_rollout import PoolRounds
 from mindspeed_rl.trainer.utils.batch_metrics import sum_by_rank

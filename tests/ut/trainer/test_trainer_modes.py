@@ -6,8 +6,7 @@ import pytest
 
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.run_plan import PlanError
-from mindspeed_rl.trainer import modes
-from mindspeed_rl.trainer.modes import mode_step, register_mode, sync
+from mindspeed_rl.trainer.modes import mode_step, register_mode, registry, sync
 from mindspeed_rl.trainer.partial_rollout import merge_takes
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
@@ -42,7 +41,7 @@ def test_a_mode_that_is_no_string_is_refused_by_its_type():
 
 
 def test_a_mode_registers_once_and_an_unknown_one_is_named(monkeypatch):
-    monkeypatch.setattr(modes, "STEPS", dict(modes.STEPS))
+    monkeypatch.setattr(registry, "STEPS", dict(registry.STEPS))
     register_mode("other")(len)
     assert mode_step("other") is len
     with pytest.raises(ValueError, match="trainer mode 'other' is registered twice"):
