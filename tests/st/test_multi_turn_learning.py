@@ -14,7 +14,8 @@ from tool_task_cases import LEARNING, TASK  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 CONFIG = os.path.join(ROOT, "configs", "grpo_tiny_cpu.yaml")
-TOOL_TASK = TASK + LEARNING + ["megatron_training.train_iters=60"]
+# 45 iterations: by 41-45 the reward is past both caps (0.445 in benchmarks/results/bench_tool_learning.md)
+TOOL_TASK = TASK + LEARNING + ["megatron_training.train_iters=45"]
 
 
 def test_the_model_learns_to_call_the_tool_and_read_its_answer(tmp_path, capsys):

@@ -56,7 +56,7 @@ def _numbers(history):
 
 def test_resume_with_the_critic_continues_exactly(tiny_model, tmp_path):
     save = tmp_path / "ckpt"
-    overrides = ["megatron_training.train_iters=4", f"megatron_training.save={save}",
+    overrides = ["megatron_training.train_iters=3", f"megatron_training.save={save}",
                  "megatron_training.save_interval=2", "critic_config.lr_decay_style=cosine",
                  "critic_config.min_lr=1.0e-4", "rl_config.epochs=2"]
     straight = run(TINY, overrides, str(tmp_path / "a"), tiny_model)
@@ -64,7 +64,7 @@ def test_resume_with_the_critic_continues_exactly(tiny_model, tmp_path):
     assert (save / "iter_0000002" / "critic_rng" / "rank1.pt").is_file()
     resumed = run(TINY, overrides + [f"megatron_training.load={save}/iter_0000002",
                                      f"megatron_training.save={tmp_path}/ckpt_b"], str(tmp_path / "b"), tiny_model)
-    assert len(resumed) == 2
+    assert len(resumed) == 1
     assert "critic/vf_loss" in resumed[0] and "critic/lr" in resumed[0]
     assert _numbers(resumed) == _numbers(straight[2:])  # bit for bit on CPU, the critic's numbers included
 
