@@ -261,3 +261,15 @@ def test_a_job_closes_what_it_opened(tmp_path):
         with pytest.raises(OSError):
             os.fstat(fd)
     job.__exit__()  # twice: nothing left to close, no error
+
+
+def test_a_launcher_that_never_reports_ends_with_bwraps_code(box, monkeypatch):
+    # the probe passed (box); then bwrap cannot start the interpreter: no report, bwrap's own exit code 1
+    real = sb.sys
+    monkeypatch.setattr(sb, "sys", SimpleNamespace(prefix=real.prefix, base_prefix=real.base_prefix,
+                                                   exec_prefix=real.exec_prefix,
+                                                   base_exec_prefix=real.base_exec_prefix,
+                                                   executable="/nonexistent/python3"))
+    r = run_python("print(1)")
+    assert (r.status, r.exit_code, r.stdout) == ("error", 1, "")
+    assert "execvp /nonexistent/python3" in r.stderr
