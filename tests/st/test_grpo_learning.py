@@ -19,7 +19,7 @@ def test_reward_rises_on_length_task_with_dp_balance(tmp_path, engine):
     partial = ["rl_config.partial_rollout_max_split=2"] if engine.endswith("partial") else []
     overrides = partial + [
         "megatron_training.global_batch_size=16", "rl_config.n_samples_per_prompt=8",
-        "rl_config.mini_batch_size=8", "rl_config.init_kl_coef=0.0", "megatron_training.train_iters=60",
+        "rl_config.mini_batch_size=8", "rl_config.init_kl_coef=0.0", "megatron_training.train_iters=45",
         "rl_config.seed=7", f"megatron_training.use_distributed_optimizer={'true' if engine == 'fsdp' else 'false'}"]
     history = run(CONFIG, overrides, str(tmp_path), str(tmp_path / "tiny_model"))
     rewards = np.array([m["reward/mean"] for m in history])
