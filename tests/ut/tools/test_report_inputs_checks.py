@@ -105,3 +105,8 @@ def test_group_rows_checks_its_group_size():
                               "use --no-group)")
     assert [g.tolist() for g in group_rows(4, n_samples=2)] == [[0, 1], [2, 3]]  # grouped by default
     assert all(isinstance(g, np.ndarray) for g in group_rows(3, n_samples=3))
+
+
+def test_a_line_with_an_event_and_an_iteration_is_a_plan(tmp_path):
+    plans = read_balance_file(_file(tmp_path, {"event": "resumed"}, dict(GOOD, event="note", iteration=5)))
+    assert [p["iteration"] for p in plans] == [5]  # the marker is skipped, the plan that carries an event is kept

@@ -273,3 +273,20 @@ def test_a_launcher_that_never_reports_ends_with_bwraps_code(box, monkeypatch):
     r = run_python("print(1)")
     assert (r.status, r.exit_code, r.stdout) == ("error", 1, "")
     assert "execvp /nonexistent/python3" in r.stderr
+
+
+def test_an_unprivileged_job_runs_in_a_user_namespace_as_itself(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(sb, "_sandbox_uid", lambda: pytest.fail("no uid is picked for a caller that is not root"))
+    with sb._Job("x = 1", SandboxLimits(), "/usr/bin/bwrap", True) as job:
+        assert "--unshare-user" in job.argv and "--cap-add" not in job.argv
+        assert job.argv[-5] == "-1"  # the launcher keeps its uid (the namespace's own)
+
+
+def test_a_job_that_cannot_open_its_code_file_raises_that_error(monkeypatch):
+    def no_space():
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(sb.tempfile, "TemporaryFile", no_space)
+    with pytest.raises(OSError, match="No space left on device"):
+        with sb._Job("x = 1", SandboxLimits(), "/usr/bin/bwrap", True):
+            pass
