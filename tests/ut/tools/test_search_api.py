@@ -75,3 +75,11 @@ def test_answers_keep_non_ascii_text_and_no_query_says_no_results():
     assert results_text([[{"document": {"contents": "Zürich\nSee"}}]]) == \
         '{"result": "Doc 1 (Title: Zürich)\\nSee"}'
     assert json.loads(results_text([])) == {"result": NO_RESULTS}
+
+
+def test_a_request_may_take_30_s_by_default(http_stub, monkeypatch):
+    seen, real = [], search_api.aiohttp.ClientTimeout
+    monkeypatch.setattr(search_api.aiohttp, "ClientTimeout", lambda total: seen.append(total) or real(total=total))
+    http_stub.replies.append((200, server_answer(["T\nb"]), 0))
+    assert _call(http_stub.url + "/retrieve")[1] is None
+    assert seen == [30]
