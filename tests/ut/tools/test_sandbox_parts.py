@@ -290,3 +290,25 @@ def test_a_job_that_cannot_open_its_code_file_raises_that_error(monkeypatch):
     with pytest.raises(OSError, match="No space left on device"):
         with sb._Job("x = 1", SandboxLimits(), "/usr/bin/bwrap", True):
             pass
+
+
+def test_ancestors_strip_only_slashes():
+    assert sb._ancestors("/Xa/bX/c") == ["/Xa", "/Xa/bX"]
+
+
+def test_prefixes_that_share_a_folder_make_it_once(monkeypatch, tmp_path):
+    monkeypatch.setattr(sb, "_interpreter_dirs", lambda: ["/opt/a", "/opt/b"])
+    with sb._Job("x = 1", SandboxLimits(), "/usr/bin/bwrap", True) as job:
+        dirs = [job.argv[i + 1] for i, a in enumerate(job.argv) if a == "--dir"]
+    assert dirs == ["/opt", "/code"]
+
+
+def test_a_probe_that_cannot_run_bwrap_says_why_and_is_not_cached(monkeypatch):
+    monkeypatch.setattr(sb, "_PROBES", {})
+
+    def broken(*args, **kwargs):
+        raise OSError("exec format error")
+    monkeypatch.setattr(sb.subprocess, "run", broken)
+    assert sb._probe("/x/bwrap") == ("sandbox: the test run of /x/bwrap failed (exec format error); see "
+                                     "docs/features/multi_turn.md (sandbox)", False)
+    assert sb._PROBES == {}  # asked again next time: it may pass then
