@@ -53,7 +53,7 @@ def test_the_learning_tests_settings_and_thresholds_are_the_tests():
         test = f.read()
     start = README.index("the learning test (`tests/st/test_grpo_learning.py`")
     quoted = " ".join(README[start:README.index("\n\n", start)].split())
-    assert '"megatron_training.train_iters=60"' in test and "`megatron_training.train_iters=60`" in quoted
+    assert '"megatron_training.train_iters=45"' in test and "`megatron_training.train_iters=45`" in quoted
     assert '"rl_config.seed=7"' in test and "seed 7" in quoted
     assert '"megatron_training.global_batch_size=16", "rl_config.n_samples_per_prompt=8"' in test
     assert "16 prompts x 8 samples" in quoted
