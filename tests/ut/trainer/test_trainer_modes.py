@@ -50,15 +50,16 @@ def test_a_mode_registers_once_and_an_unknown_one_is_named(monkeypatch):
         mode_step("nope")
 
 
+def _take(rows, tokens, mean, age_max, passes, carried):
+    return {"partial_rollout/continued_rows": rows, "partial_rollout/continued_tokens": tokens,
+            "partial_rollout/token_age_mean": mean, "partial_rollout/token_age_max": age_max,
+            "partial_rollout/max_passes": passes, "partial_rollout/carried_rows": carried}
+
+
 def test_the_pool_metrics_of_several_takes():
-    one = {"partial_rollout/continued_rows": 3.0, "partial_rollout/continued_tokens": 10.0,
-           "partial_rollout/token_age_mean": 0.5, "partial_rollout/token_age_max": 1.0,
-           "partial_rollout/max_passes": 2.0, "partial_rollout/carried_rows": 7.0}
-    two = {"partial_rollout/continued_rows": 1.0, "partial_rollout/continued_tokens": 4.0,
-           "partial_rollout/token_age_mean": 1.5, "partial_rollout/token_age_max": 3.0,
-           "partial_rollout/max_passes": 1.0, "partial_rollout/carried_rows": 2.0}
+    one = _take(3.0, 10.0, 0.5, 4.0, 2.0, 7.0)
     assert merge_takes([one]) == one and merge_takes([one]) is not one
-    assert merge_takes([one, two]) == {
-        "partial_rollout/continued_rows": 4.0, "partial_rollout/continued_tokens": 14.0,
-        "partial_rollout/token_age_mean": 1.0, "partial_rollout/token_age_max": 3.0,
-        "partial_rollout/max_passes": 2.0, "partial_rollout/carried_rows": 2.0}
+    takes = [one, _take(1.0, 4.0, 1.5, 3.0, 1.0, 2.0), _take(0.0, 1.0, 1.0, 1.0, 1.0, 5.0)]
+    # counts add, maxima are the largest (the first take's here), the mean age is averaged, what the pool holds
+    # after the iteration is the last take's
+    assert merge_takes(takes) == _take(4.0, 15.0, 1.0, 4.0, 2.0, 5.0)
