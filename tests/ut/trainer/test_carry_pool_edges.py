@@ -80,3 +80,11 @@ def test_a_pool_saved_before_pools_recorded_turns_continues_as_single_turn():
     again = _pool()
     again.load_state_dict(state)
     assert [r["group"] for r in again.rows] == [r["group"] for r in pool.rows] and not again.turns
+
+
+def test_a_rows_fields_are_its_kinds_and_no_more():
+    plain = {"group", "prompt", "extra", "tokens", "log_probs", "born", "passes", "done"}
+    assert set(_pool().rows[0]) == plain  # what a single-turn checkpoint holds per row
+    turns = CarryPool(2, 6, 3, EOS, turns=True)
+    turns.add({"prompts": [torch.tensor([1], dtype=torch.int64)]})
+    assert set(turns.rows[0]) == plain | {"mask", "tool_rounds", "tool_calls", "turn_start"}

@@ -71,3 +71,11 @@ def test_a_pass_hands_the_pool_its_turn_columns_when_rows_are_conversations(turn
         assert columns == {c: [f"{c}:0", f"{c}:1"] for c in (LOSS_MASK, TOOL_CALLS, TURN_STATE)}
     else:
         assert columns is None
+
+
+@pytest.mark.parametrize("multi_turn, turns", [(object(), True), (None, False)])
+def test_a_multi_turn_runs_pool_keeps_turns(multi_turn, turns):
+    from mindspeed_rl.trainer.partial_rollout import make_pool
+    plan = SimpleNamespace(partial=SimpleNamespace(max_tokens=8, pass_tokens=4), n_samples=2, multi_turn=multi_turn)
+    pool = make_pool(plan, 13, ["labels"])
+    assert pool.turns is turns and (pool.n, pool.max_tokens, pool.pass_tokens, pool.eos_id) == (2, 8, 4, 13)
