@@ -2,8 +2,8 @@
 
 A row part of the trainer modes (trainer/modes): an iteration runs the run plan's 'rollout' stages once per
 round of rows (a fresh prompt batch, or with partial rollout a take of complete groups from its pool): rollout,
-rewards, advantages, then the filter stage, which drops the groups whose filter metric is the same for every sample and keeps the rest
-on the driver. Batches are added until ``filter_groups_train_batch_size`` groups are kept (the surplus of the
+rewards, advantages, then the filter stage, which drops the groups whose filter metric is the same for every
+sample and keeps the rest on the driver. Batches are added until ``filter_groups_train_batch_size`` groups are kept (the surplus of the
 last batch is dropped) or ``filter_groups_max_batches`` batches ran (then the kept groups are trained on, and
 the shortfall is logged). The kept rows become a round of their own and the 'train' stages run on it: every
 DP rank gets a balanced share of whatever row count is left (sizes differ by at most one row).
@@ -49,8 +49,7 @@ def fill(trainer, rounds, iteration: int) -> Dict[str, float]:
         rounds.next_round()
         batches += 1
         metrics, results = trainer.run_stages(after, iteration=rounds.seed_iteration)
-        rounds.add_metrics(metrics)
-        rounds.results += results
+        rounds.record(metrics, results)
         if kept.train >= spec.train_prompts or 0 < spec.max_batches <= batches:
             break
     groups = kept.train

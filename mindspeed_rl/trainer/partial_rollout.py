@@ -93,9 +93,10 @@ class PoolRounds:
     def train_round(self) -> int:
         return 2 * self.trainer.rollout_passes + 1
 
-    def add_metrics(self, metrics: Dict[str, float]) -> None:
-        """Metrics of the stages run on the latest take (dynamic sampling's rewards and filter)."""
+    def record(self, metrics: Dict[str, float], results) -> None:
+        """What the stages run on the latest take reported (dynamic sampling's rewards and filter)."""
         self._after.append(metrics)
+        self.results += results
 
     def metrics(self) -> Dict[str, float]:
         """The passes' rollout metrics merged, the takes' pool metrics, the pass count."""

@@ -1,7 +1,7 @@
 """Fresh rollout rounds: each ``next_round`` starts a dock round with the next prompt batch (the iteration's own
 first) and runs the rollout stage on it. Dynamic sampling's refills draw from here; partial rollout's pool has its
 own rounds (trainer/partial_rollout.py, ``PoolRounds``) with the same interface: ``next_round()``,
-``seed_iteration``, ``train_round``, ``metrics()`` and ``results``."""
+``seed_iteration``, ``train_round``, ``record()``, ``metrics()`` and ``results``."""
 from typing import Dict
 
 from mindspeed_rl.config_cls.stages import ROLLOUT
@@ -30,9 +30,11 @@ class BatchRounds:
         self._metrics.append(metrics)
         self.results += results
 
-    def add_metrics(self, metrics: Dict[str, float]) -> None:
-        """Metrics of the stages run on the latest round after the rollout (they merge with its own)."""
+    def record(self, metrics: Dict[str, float], results) -> None:
+        """What the stages run on the latest round after the rollout reported (its metrics merge with the
+        rollout's)."""
         self._metrics[-1].update(metrics)
+        self.results += results
 
     @property
     def train_round(self) -> int:
