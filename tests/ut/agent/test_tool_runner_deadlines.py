@@ -56,7 +56,7 @@ def test_a_create_that_hangs_times_out_and_is_not_released():
 
 def test_a_release_that_hangs_is_cut_and_the_answer_kept():
     tool = Slow(release=600.0)
-    out = _one(tool, timeout=0.3)
+    out = _one(tool, timeout=3.0)  # room for create and execute on a busy machine; the release is cut at 3 s
     assert (out.status, out.text) == (OK, "done")
     assert tool.released == ["inst"]
 

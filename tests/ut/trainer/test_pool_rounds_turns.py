@@ -40,21 +40,24 @@ class Pool:
 
 class Dock:
     experience_columns = ("prompts", "responses", ROLLOUT_LOG_PROBS)
+    served = [0, 1]
 
     def __getattr__(self, name):  # set_round, clear, put_experience, set_queue_groups: nothing to check here
         return lambda *a, **k: None
 
     def rows_with(self, column):
-        return [0, 1]
+        return list(self.served)
 
     def get_rows(self, columns, rows):
         return {c: [f"{c}:{r}" for r in rows] for c in columns}
 
 
-def _rounds(turns):
+def _rounds(turns, served=(0, 1)):
     spec = SimpleNamespace(train_prompts=2, pool_prompts=4, async_engine=False)
     plan = SimpleNamespace(partial=spec, stage=lambda name: SimpleNamespace(name=ROLLOUT.name, outputs=OUTPUTS))
-    trainer = SimpleNamespace(run_plan=plan, carry_pool=Pool(turns), transfer_dock=Dock(), rollout_passes=0,
+    dock = Dock()
+    dock.served = list(served)
+    trainer = SimpleNamespace(run_plan=plan, carry_pool=Pool(turns), transfer_dock=dock, rollout_passes=0,
                               data_position=None, checked=lambda b: b, run_stages=lambda s, iteration: ({}, []))
     trainer.took_batch = lambda iteration: setattr(trainer, "data_position", 1)
     rounds = PoolRounds(trainer, 3, {"prompts": []})
@@ -79,3 +82,10 @@ def test_a_multi_turn_runs_pool_keeps_turns(multi_turn, turns):
     plan = SimpleNamespace(partial=SimpleNamespace(max_tokens=8, pass_tokens=4), n_samples=2, multi_turn=multi_turn)
     pool = make_pool(plan, 13, ["labels"])
     assert pool.turns is turns and (pool.n, pool.max_tokens, pool.pass_tokens, pool.eos_id) == (2, 8, 4, 13)
+
+
+def test_a_pass_that_served_some_rows_hands_back_those_rows_only():
+    # the pass's dock rows 0, 1 are pool rows 5, 7; only dock row 1 was served (a stopped pass)
+    (rows, responses, log_probs, _, columns), = _rounds(True, served=(1,))
+    assert rows == [7] and responses == ["responses:1"] and log_probs == [f"{ROLLOUT_LOG_PROBS}:1"]
+    assert columns == {c: [f"{c}:1"] for c in (LOSS_MASK, TOOL_CALLS, TURN_STATE)}

@@ -6,6 +6,7 @@ import pytest
 
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.run_plan import PlanError
+from mindspeed_rl.config_cls.trainer_mode import LIVE
 from mindspeed_rl.trainer.modes import mode_step, register_mode, registry, sync
 from mindspeed_rl.trainer.partial_rollout import merge_takes
 
@@ -19,6 +20,7 @@ def _plan(*overrides):
 def test_sync_is_the_default_and_steps_with_its_registered_function():
     assert _plan().trainer_mode == "sync" == _plan("rl_config.trainer_mode=sync").trainer_mode
     assert mode_step("sync") is sync.step
+    assert sorted(LIVE) == sorted(registry.STEPS)  # the key accepts exactly the modes that have a step
 
 
 @pytest.mark.parametrize("value, message", [
