@@ -1,12 +1,12 @@
 """DAPO's dynamic sampling (rl_config.filter_groups_enable), under any megatron_training.stage.
 
-A row part of the trainer modes (trainer/modes): an iteration runs the run plan's 'rollout' stages once per
-round of rows (a fresh prompt batch, or with partial rollout a take of complete groups from its pool): rollout,
-rewards, advantages, then the filter stage, which drops the groups whose filter metric is the same for every
-sample and keeps the rest on the driver. Batches are added until ``filter_groups_train_batch_size`` groups are kept (the surplus of the
-last batch is dropped) or ``filter_groups_max_batches`` batches ran (then the kept groups are trained on, and
-the shortfall is logged). The kept rows become a round of their own and the 'train' stages run on it: every
-DP rank gets a balanced share of whatever row count is left (sizes differ by at most one row).
+A row part of the trainer modes (trainer/modes): an iteration runs the run plan's 'rollout' stages once per round of
+rows (a fresh prompt batch, or with partial rollout a take of complete groups from its pool): rollout, rewards,
+advantages, then the filter stage, which drops the groups whose filter metric is the same for every sample and keeps
+the rest on the driver. Batches are added until ``filter_groups_train_batch_size`` groups are kept (the surplus of
+the last batch is dropped) or ``filter_groups_max_batches`` batches ran (then the kept groups are trained on, and
+the shortfall is logged). The kept rows become a round of their own and the 'train' stages run on it: every DP rank
+gets a balanced share of whatever row count is left (sizes differ by at most one row).
 """
 from collections import defaultdict
 from typing import Dict

@@ -1,5 +1,6 @@
-"""SandboxFusionTool's edges (with ReTool's schema: the class has none of its own): a kill without a signal, the metrics of an unavailable sandbox, output of exactly
-output_bytes, the default language of a direct run, the remote run's metrics, the shared limit switched off."""
+"""SandboxFusionTool's edges (with ReTool's schema: the class has none of its own): a kill without a signal, the
+metrics of an unavailable sandbox, output of exactly output_bytes, the default language of a direct run, the
+remote run's metrics, the shared limit switched off."""
 import asyncio
 
 from mindspeed_rl.tools.sandbox import SandboxResult, SandboxUnavailable

@@ -27,7 +27,8 @@ def test_which_answers_are_documents(answer, ok):
 def test_the_built_in_schema_and_a_given_one(corpus):
     built_in = SearchTool({"corpus_path": corpus}, None).tool_schema.model_dump(exclude_none=True)
     assert built_in == {"type": "function", "function": {
-        "name": "search", "strict": False, "description": "Searches documents for each query and returns the best matches.",
+        "name": "search", "strict": False,
+        "description": "Searches documents for each query and returns the best matches.",
         "parameters": {"type": "object", "required": ["query_list"], "properties": {
             "query_list": {"type": "array", "description": "The queries, one string each."}}}}}
     given = OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
