@@ -181,7 +181,11 @@ class RLConfig(BaseConfig):
         turn after its tool round: 'sticky' (the one that ran its earlier turns) or 'free' (the queue hands it to
         the engine running fewest rows).
     trainer_mode ('sync'): how rollout and training share an iteration (verl's names; config_cls/trainer_mode.py):
-        'sync' (rollout, then training); 'colocate_async' and 'separate_async' are not implemented yet.
+        'sync' (rollout, then training); 'colocate_async' (one step off, engines beside the trainer ranks);
+        'separate_async' (engines on devices of their own, a buffer between them and the trainer).
+    parameter_sync_step (1), max_staleness (1), num_warmup_batches (0): the async modes' schedule: weights go to
+        the engines every parameter_sync_step updates; a row is trained at most max_staleness weight versions
+        after the weights that sampled it; the first num_warmup_batches iterations run in step.
     seed (1234): seed of the RL-side random generators.
     """
 
@@ -305,6 +309,9 @@ class RLConfig(BaseConfig):
         self.tool_call_timeout = 60.0
         self.multi_turn_routing = None
         self.trainer_mode = "sync"
+        self.parameter_sync_step = 1
+        self.max_staleness = 1
+        self.num_warmup_batches = 0
         self.seed = 1234
 
         self.update(config_dict)

@@ -6,7 +6,8 @@ models/loss/rollout_correction.RS_OPTIONS), ``rollout_rs_threshold`` (one per op
 take 'lower_upper' or an upper bound u meaning [1/u, u]), ``bypass_mode`` (false: the trainer's old log-probs
 against the engine's; true: the engine's log-probs are the old log-probs, the PPO ratio does the correction and
 no old log-prob pass runs), ``loss_type`` (ppo_clip) and ``rollout_is_batch_normalize`` (false).
-With partial rollout on, ``rollout_is`` defaults to 'token' (a carried row mixes tokens of several policies).
+With partial rollout or an async trainer mode on, ``rollout_is`` defaults to 'token' (a carried row mixes tokens of
+several policies; an async row was sampled by older weights).
 """
 import math
 from dataclasses import dataclass

@@ -17,7 +17,7 @@ from mindspeed_rl.config_cls.partial_rollout import PartialSpec, partial_spec
 from mindspeed_rl.config_cls.rl_config import resource_size
 from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec, correction_spec
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, Features, Stage  # noqa: F401  (re-exported)
-from mindspeed_rl.config_cls.trainer_mode import SYNC, trainer_mode
+from mindspeed_rl.config_cls.trainer_mode import SYNC, AsyncSpec, async_spec
 from mindspeed_rl.config_cls.worker_spec import WorkerSpec, default_worker_spec, worker_spec
 from mindspeed_rl.utils.workload import WorkloadModel
 SUPPORTED_LAYOUTS = "DP x TP; pipeline, context and expert parallel ranks are folded into DP"
@@ -174,6 +174,7 @@ class RunPlan:
     correction: CorrectionSpec = CorrectionSpec()  # rl_config.rollout_correction
     multi_turn: Optional[MultiTurnSpec] = None  # rl_config.multi_turn_enable: conversations with tools
     trainer_mode: str = SYNC  # rl_config.trainer_mode: the step function (trainer/modes)
+    asynchronous: Optional[AsyncSpec] = None  # the async modes' schedule and their own rollout engines
 
     @property
     def gae(self) -> Optional[AdvantageSpec]:
@@ -249,12 +250,15 @@ class RunPlan:
             return self
         if role == "critic" and self.critic is not None:
             return dataclasses.replace(self, layout=self.critic.layout, worker=self.critic.worker)
+        if role == "rollout" and self.asynchronous is not None:  # one whole model per engine, no collective
+            return dataclasses.replace(self, layout=dataclasses.replace(self.layout, engine="ddp"))
         raise PlanError(f"the run plan has no worker group for role {role!r}")
 
     @property
     def roles(self) -> Tuple[str, ...]:
         """Worker groups this run starts ('actor' always; 'critic' for PPO)."""
-        return ("actor",) + (("critic",) if self.critic is not None else ())
+        return (("actor",) + (("critic",) if self.critic is not None else ())
+                + (("rollout",) if self.asynchronous is not None else ()))
 
     @property
     def uses_reference(self) -> bool:
@@ -505,14 +509,15 @@ def features(rl_config, spec: WorkerSpec, train_rows: int, correction: Correctio
                     multi_turn=multi_turn is not None)
 
 
-def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec):
+def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec, stale: bool = False):
     """(partial rollout spec, rollout correction spec, multi-turn spec, worker spec): the rollout backend returns
-    its log-probs whenever the correction needs them (transformers generate too)."""
+    its log-probs whenever the correction needs them (transformers generate too). ``stale``: an async mode samples
+    with older weights than it trains, so the correction's token-level weights are on by default."""
     try:
         multi_turn = multi_turn_spec(rl_config, generate_config, rl_config.max_prompt_length,
                                      actor_config.tokenizer_name_or_path or "", spec.engine.trust_remote_code)
         partial = partial_spec(rl_config, generate_config, actor_config.global_batch_size, multi_turn)
-        correction = correction_spec(rl_config.rollout_correction, partial is not None)
+        correction = correction_spec(rl_config.rollout_correction, partial is not None or stale)
     except ValueError as err:
         raise PlanError(str(err)) from None
     can_hand_off = spec.rollout.backend == "vllm" and not rl_config.guarantee_order
@@ -528,10 +533,25 @@ def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec):
                            "multi_turn_routing=sticky"))
     if correction.on:
         if spec.rollout.logprobs is None:
+            why = (f" (rl_config.trainer_mode={rl_config.trainer_mode} samples with older weights than it "
+                   f"trains, so rollout_is is 'token' unless set to null)" if stale else "")
             raise PlanError("rl_config.rollout_correction needs the rollout engine's log-probs: set "
-                            "generate_config.sampling_config.logprobs (0 or more)")
+                            "generate_config.sampling_config.logprobs (0 or more)" + why)
         spec = dataclasses.replace(spec, rollout=dataclasses.replace(spec.rollout, hf_log_probs=True))
     return partial, correction, multi_turn, spec
+
+
+def _check_async(schedule: Optional[AsyncSpec], layout: Layout, partial) -> None:
+    """What the async modes do not run yet, in one line each."""
+    if schedule is None:
+        return
+    key = f"rl_config.trainer_mode={schedule.mode}"
+    if layout.tp > 1:
+        raise PlanError(f"{key} runs one whole model per rollout engine: tensor parallelism "
+                        f"(tensor_model_parallel_size={layout.tp}) is not implemented for its engines yet")
+    if partial is not None:
+        raise PlanError(f"{key} with partial rollout (partial_rollout_max_split > 1) is not implemented yet: set "
+                        f"one of them")
 
 
 def _check_estimator(actor_config, rl_config):
@@ -611,10 +631,12 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
         raise PlanError(f"rl_config.mini_batch_size // data parallel size = {mini // dp} must be "
                         f"divisible by micro_batch_size={actor_config.micro_batch_size}")
     try:
-        mode = trainer_mode(rl_config)
+        schedule = async_spec(rl_config)
     except ValueError as err:
         raise PlanError(str(err)) from None
-    partial, correction, multi_turn, spec = _long_tail(actor_config, rl_config, generate_config, spec)
+    partial, correction, multi_turn, spec = _long_tail(actor_config, rl_config, generate_config, spec,
+                                                       schedule is not None)
+    _check_async(schedule, layout, partial)
     feats = features(rl_config, spec, rows, correction, partial, multi_turn)
     critic = _critic(critic_config, rl_config, generate_config, mini, rows) if feats.critic else None
     _check_update_dispatch(rl_config.actor_update_dispatch_size, layout, actor_config, mini, rows)
@@ -660,7 +682,8 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
                    balance=_balance(actor_config, rl_config), seed=rl_config.seed,
                    train_prompts_per_round=train_prompts, overlong=overlong, group_filter=group_filter,
                    worker=spec, placement=rl_config.placement_strategy, features=feats, critic=critic, advantage=advantage,
-                   partial=partial, correction=correction, multi_turn=multi_turn, trainer_mode=mode,
+                   partial=partial, correction=correction, multi_turn=multi_turn, trainer_mode=rl_config.trainer_mode,
+                   asynchronous=schedule,
                    # a rank waits in a collective at most as long as its peers' stage runs: the driver's
                    # stage deadline fires first and names the rank that did not answer
                    timeouts=Timeouts(td_timeout=timeout, collective=max(timeout, stage_timeout) + 60.0,

@@ -73,6 +73,12 @@ class BaseWorker(UpstreamWorkerIO):
             self.parallel_state.build_mesh(self.device.type)
         return self.rank
 
+    def pin_cores(self, cores: List[int]) -> List[int]:
+        """Run this rank on ``cores`` alone (benchmarks: a core per rank, as a device per rank); returns them."""
+        os.sched_setaffinity(0, set(int(c) for c in cores))
+        torch.set_num_threads(len(cores))
+        return sorted(os.sched_getaffinity(0))
+
     def shutdown(self):
         super().shutdown()  # upstream's dock handle, dropped now, not while the process is being killed
         if dist.is_initialized():

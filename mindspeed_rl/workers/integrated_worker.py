@@ -236,6 +236,12 @@ class IntegratedWorker(EngineWorker):
         self.rollout.weights_changed()
         return iteration
 
+    def policy_state(self):
+        """The actor's full state dict for the async modes' rollout engines (every rank calls it: a gather of
+        sharded weights is a collective); rank 0 returns it, the others None."""
+        state = self.actor.state_dict_for_save()
+        return {k: v.detach().to("cpu", copy=True) for k, v in state.items()} if self.rank == 0 else None
+
     def shutdown(self):
         rollout = getattr(self, "rollout", None)
         if rollout is not None:

@@ -5,7 +5,7 @@ trainer/stage_runner.py, which owns the dock's dispatch and put)."""
 import math
 import os
 import time
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Type
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -34,6 +34,13 @@ def worker_env(run_plan) -> Dict[str, str]:
     if run_plan.worker.rollout.backend != "vllm" or "TORCH_CPP_LOG_LEVEL" in os.environ:
         return {}
     return {"TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+class PendingStage(NamedTuple):
+    """A stage started on a group and not yet waited for (``RayActorGroup.finish_stage``)."""
+    name: str
+    refs: list
+    queue: Any  # the RolloutQueue actor the round holds (None: a planned stage)
+
 
 class StageTimeoutError(TimeoutError):
     """A command on the worker group passed its deadline (the silent ranks are named)."""
@@ -127,11 +134,15 @@ def _place(bundle: Dict[str, float], count: int, strategy: str, timeout: float, 
 
 class RayActorGroup(UpstreamGroupIO):
     def __init__(self, worker: Type[BaseWorker], run_plan, num_cpus_per_worker: Optional[float] = None,
-                 stage_timeout: Optional[float] = None, **kwargs):
+                 stage_timeout: Optional[float] = None, device_share: float = 1.0,
+                 colocate_with: Optional["RayActorGroup"] = None, **kwargs):
         """One worker per device of ``run_plan.layout``; each rank gets the run
         plan only (its ``worker`` spec holds what a rank reads of the configs).
         Each rank's bundle asks for its CPU, its device and the layout's custom resources
         (rl_config.<group>_resource.custom_resources), so the group lands on the nodes that offer them.
+        ``device_share``: the part of its device each rank takes (0.5 where an async mode puts a rollout engine
+        beside it); ``colocate_with``: a group whose bundles this one shares, rank by rank (the engines of
+        trainer_mode=colocate_async: same node, same device, no CPU of their own).
         ``stage_timeout`` bounds one command on the group (None: the run plan's
         stage deadline, ``rl_config.stage_timeout``); a rank that fails or dies
         ends the command at once, a rank that does not answer by the deadline is named."""
@@ -143,21 +154,29 @@ class RayActorGroup(UpstreamGroupIO):
         self.stage_timeout = stage_timeout if stage_timeout is not None else run_plan.timeouts.stage_deadline
         self.actors, self.pids = [], []
         self.queue, self.rounds = None, 0  # the rollout queue's actor (trainer.stage_runner: queued stages)
+        self._free_queues: List[Any] = []  # queue actors of rounds finished (rounds in flight hold their own)
         accel = _accelerator()
         cpus = num_cpus_per_worker if num_cpus_per_worker is not None else (1 if accel else 0.5)
         custom = dict(run_plan.layout.resources)
         bundle = {"CPU": cpus, **({accel: 1} if accel else {}), **custom}
         self.strategy = choose_strategy(run_plan.placement, len(_nodes()))
-        self.placement_group = _place(bundle, self.world_size, self.strategy, run_plan.timeouts.placement,
-                                      custom=bool(custom))
+        self.owns_placement = colocate_with is None
+        if colocate_with is not None:
+            if colocate_with.world_size != self.world_size:
+                raise PlacementError(f"a colocated group needs one rank per rank of the group it shares: "
+                                     f"{self.world_size} vs {colocate_with.world_size}")
+            self.placement_group, cpus = colocate_with.placement_group, 0
+        else:
+            self.placement_group = _place(bundle, self.world_size, self.strategy, run_plan.timeouts.placement,
+                                          custom=bool(custom))
         remote_cls = ray.remote(worker)
         for rank in range(self.world_size):
             options = dict(num_cpus=cpus, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 self.placement_group, placement_group_bundle_index=rank))
             if accel == "GPU":
-                options["num_gpus"] = 1
+                options["num_gpus"] = device_share
             elif accel:
-                options["resources"] = {accel: 1}
+                options["resources"] = {accel: device_share}
             env = worker_env(run_plan)
             if env:
                 options["runtime_env"] = {"env_vars": env}
@@ -256,18 +275,23 @@ class RayActorGroup(UpstreamGroupIO):
         return [m for m, _ in replies], [out for (_, out), state in zip(replies, self.states) if state.tp_rank == 0]
 
     def _rollout_queue(self):
-        """This group's RolloutQueue actor (made on first use, ended with the group), on the driver's node: on a
-        cluster, a worker node that dies takes its ranks, not the queue of the others."""
-        if self.queue is None:
-            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-            self.queue = ray.remote(RolloutQueue).options(num_cpus=0, scheduling_strategy=here).remote()
-        return self.queue
+        """A free RolloutQueue actor of this group (made when none is free, ended with the group), on the driver's
+        node: on a cluster, a worker node that dies takes its ranks, not the queue of the others. A round holds its
+        queue until it is finished (the async modes keep several rounds in flight)."""
+        if self._free_queues:
+            return self._free_queues.pop()
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        queue = ray.remote(RolloutQueue).options(num_cpus=0, scheduling_strategy=here).remote()
+        self.queue = self.queue or queue
+        self._made_queues = getattr(self, "_made_queues", []) + [queue]
+        return queue
 
-    def run_queued_stage(self, group, queued, **context) -> Tuple[List[Dict[str, float]], list]:
-        """Serve the queued stage of ``group`` (trainer.stage_runner.StageGroup, one stage) on the round
-        ``queued`` (data.driver_dock.QueueRound): its rows go into this group's queue, their inputs
-        into Ray's object store once, and every rank takes rows until the queue is drained. Returns every
-        rank's metrics and, per consumer that returns rows, (output columns, trace)."""
+    def start_queued_stage(self, group, queued, **context) -> "PendingStage":
+        """Start serving the queued stage of ``group`` (trainer.stage_runner.StageGroup, one stage) on the round
+        ``queued`` (data.driver_dock.QueueRound): its rows go into a queue of this group, their inputs into Ray's
+        object store once, and every rank takes rows until the queue is drained. Returns at once;
+        ``finish_stage`` waits for the ranks. A rank's calls run in the order they were sent, so a later round
+        (or a weight load) sent to the group starts on each rank when that rank is done with this one."""
         stage = self.run_plan.stages[group.names[0]]
         chunk, cap = self.run_plan.rollout_takes(stage)
         queue = self._rollout_queue()
@@ -279,9 +303,32 @@ class RayActorGroup(UpstreamGroupIO):
                                            stop=queued.stop, handoff=self.run_plan.rollout_handoff),
                          timeout=self.stage_timeout)
         shared = ray.put(queued.batch)
-        replies = self._wait([actor.run_queued_stage.remote(group, queued.order, shared, queue, key, firsts=firsts,
-                                                            **context) for actor in self.actors], group.name)
+        refs = [actor.run_queued_stage.remote(group, queued.order, shared, queue, key, firsts=firsts, **context)
+                for actor in self.actors]
+        return PendingStage(group.name, refs, queue)
+
+    def start_stage(self, group, plan: List[List[List[int]]], batches: list, **context) -> "PendingStage":
+        """``run_stage`` without waiting (``finish_stage`` waits)."""
+        if self.run_plan.layout.tp > 1:
+            batches = [ray.put(b) for b in batches]
+        refs = [actor.run_stage.remote(group, plan, batches[state.dp_rank], **context)
+                for actor, state in zip(self.actors, self.states)]
+        return PendingStage(group.name, refs, None)
+
+    def finish_stage(self, pending: "PendingStage") -> Tuple[List[Dict[str, float]], list]:
+        """Wait for a started stage: every rank's metrics and, per rank that returns rows, its outputs (a queued
+        stage: (output columns, trace) per consumer; a planned one: the TP sources' columns in DP order)."""
+        replies = self._wait(pending.refs, pending.name)
+        if pending.queue is None:
+            return [m for m, _ in replies], [out for (_, out), state in zip(replies, self.states)
+                                             if state.tp_rank == 0]
+        self._free_queues.append(pending.queue)
         return [m for m, _, _ in replies], [(out, trace) for _, out, trace in replies if out is not None]
+
+    def run_queued_stage(self, group, queued, **context) -> Tuple[List[Dict[str, float]], list]:
+        """``start_queued_stage`` and ``finish_stage``: every rank's metrics and, per consumer that returns rows,
+        (output columns, trace)."""
+        return self.finish_stage(self.start_queued_stage(group, queued, **context))
 
     def initialize(self, *args):
         return self.execute_sync_command("initialize", *args)
@@ -302,15 +349,15 @@ class RayActorGroup(UpstreamGroupIO):
             except Exception:  # already gone
                 pass
         self.actors = []
-        if self.queue is not None:
+        for queue in getattr(self, "_made_queues", []):
             try:
-                ray.kill(self.queue, no_restart=True)
+                ray.kill(queue, no_restart=True)
             except Exception:  # already gone
                 pass
-            self.queue = None
-        if self.placement_group is not None:
+        self.queue, self._made_queues, self._free_queues = None, [], []
+        if self.placement_group is not None and getattr(self, "owns_placement", True):
             remove_placement_group(self.placement_group)
-            self.placement_group = None
+        self.placement_group = None
 
     def shutdown(self):
         if self.actors:
