@@ -159,7 +159,19 @@ def trainer_class(stage):
 def worker_classes():
     from mindspeed_rl.workers.critic_worker import CriticWorker
     from mindspeed_rl.workers.integrated_worker import IntegratedWorker
-    return {"actor": IntegratedWorker, "critic": CriticWorker}
+    from mindspeed_rl.workers.rollout_engine import RolloutEngineWorker
+    return {"actor": IntegratedWorker, "critic": CriticWorker, "rollout": RolloutEngineWorker}
+
+
+def group_options(plan, role: str, groups) -> dict:
+    """Where a group runs beside the others: the rollout engines of colocate_async share the actor ranks' devices
+    (half a device each), those of separate_async get devices of their own."""
+    spec = plan.asynchronous
+    if spec is None or not spec.colocated:
+        return {}
+    if role == "rollout":
+        return {"colocate_with": groups["actor"], "device_share": 0.5}
+    return {"device_share": 0.5} if role == "actor" else {}
 
 
 def make_reward(rl, tokenizer, eos_id: int):
@@ -196,9 +208,10 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
     reward = make_reward(rl, tokenizer, eos_id)
     try:
         classes = worker_classes()
-        weights = {"actor": actor.model_path, "critic": cfgs.critic_config.model_path if cfgs.critic_config else None}
+        weights = {"actor": actor.model_path, "critic": cfgs.critic_config.model_path if cfgs.critic_config else None,
+                   "rollout": actor.model_path}
         for role in plan.roles:  # one worker group per role, each on its own devices and layout
-            groups[role] = RayActorGroup(classes[role], plan.for_group(role))
+            groups[role] = RayActorGroup(classes[role], plan.for_group(role), **group_options(plan, role, groups))
             groups[role].initialize(weights[role], eos_id, pad_id)
         group = groups["actor"]
         if resume is not None:
@@ -209,7 +222,8 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
         logger.start()  # a resumed run's records are cut and marked only once its checkpoint loaded
         extra_keys = ["labels"] + [k for k in actor.dataset_additional_keys if k != "labels"]
         trainer = trainer_class(actor.stage)(
-            actor_worker=group, critic_worker=groups.get("critic"), reward_list=[reward],
+            actor_worker=group, critic_worker=groups.get("critic"), rollout_worker=groups.get("rollout"),
+            reward_list=[reward],
             run_plan=plan, logger=logger, save_interval=actor.save_interval if actor.save else 0,
             save_dir=actor.save, kl_ctrl_type=rl.kl_ctrl_type,
             kl_horizon=rl.kl_horizon, kl_target=rl.kl_target, init_kl_coef=rl.init_kl_coef,

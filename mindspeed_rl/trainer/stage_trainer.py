@@ -114,11 +114,12 @@ class StageTableTrainer:
                  init_kl_coef: float = 0.001, dataset_additional_keys: List[str] = None, save_interval: int = 0,
                  save_dir: str = None, save_optimizer: bool = True, save_rng: bool = True,
                  data_position: int = None, eos_id: int = None, max_all_rejected_iterations: int = 1,
-                 run_identity: dict = None, algorithm: dict = None):
+                 run_identity: dict = None, algorithm: dict = None, rollout_worker=None):
         if run_plan is None:
             raise ValueError("the trainer needs the run_plan (config_cls.RunPlan) of the run")
         # the worker group of each role of the stage table
-        self.groups = {"actor": actor_worker, "ref": ref_worker or actor_worker, "critic": critic_worker}
+        self.groups = {"actor": actor_worker, "ref": ref_worker or actor_worker, "critic": critic_worker,
+                       "rollout": rollout_worker}
         for stage in run_plan.dp_stages:
             if self.groups.get(stage.role) is None:
                 raise ValueError(f"stage '{stage.name}' of the run plan runs on role {stage.role!r}, but no worker "
@@ -153,6 +154,14 @@ class StageTableTrainer:
         # what ties the pool to this run (data_path, tokenizer: partial_rollout.pool_identity's keywords)
         self.pool_identity = (partial_rollout.pool_identity(self.run_plan, **(run_identity or {}))
                               if self.carry_pool is not None else None)
+        # the async modes: the rollout engines' pipeline (batches ahead, the buffer, weight versions)
+        self.pipeline = None
+        if self.run_plan.asynchronous is not None:
+            if rollout_worker is None:
+                raise ValueError(f"rl_config.trainer_mode={self.run_plan.trainer_mode} needs the rollout engine "
+                                 f"group (rollout_worker)")
+            from mindspeed_rl.trainer.modes.pipeline import RolloutPipeline
+            self.pipeline = RolloutPipeline(self, rollout_worker, self.run_plan.asynchronous)
         # the algorithm each checkpoint records (config_cls.algorithm_line.algorithm_record)
         self.algorithm = algorithm if algorithm is not None else algorithm_record(self.run_plan, None)
 
@@ -177,6 +186,9 @@ class StageTableTrainer:
         streak: List[tuple] = []  # (iteration, what) of the current run of non-finite iterations
         owed = False  # a save fell on a non-finite iteration: the next finite one saves
         skipped: Dict[str, float] = {}
+        if self.pipeline is not None and self.pipeline.state_ref is None:  # no pipeline state was loaded
+            self.pipeline.launched = self.pipeline.taken = int(self.data_position or 0)
+            self.pipeline.push(self.groups["actor"].policy_state_ref(), start_iteration)
         for iteration in bar:
             metrics = self.step(iteration, next(data_iters))
             self.history.append(metrics)
@@ -290,9 +302,19 @@ class StageTableTrainer:
             self.groups[role].save_checkpoint(folder, self.save_optimizer, self.save_rng)
         if self.carry_pool is not None:
             partial_rollout.save_pool(self, folder)
+        if self.pipeline is not None:
+            from mindspeed_rl.trainer.modes.pipeline import save_pipeline
+            save_pipeline(self, folder, self.iteration)
 
     def load_driver_state(self, folder: str) -> None:
-        """The driver's own state of checkpoint ``folder`` beyond trainer_state.json: the partial rollout pool."""
+        """The driver's own state of checkpoint ``folder`` beyond trainer_state.json: the partial rollout pool,
+        the async modes' pipeline (batches made ahead, the engines' weights)."""
+        if self.pipeline is not None:
+            from mindspeed_rl.trainer.modes.pipeline import load_pipeline
+            buffered = load_pipeline(self, folder)
+            if buffered is not None:
+                print(f"{self.run_plan.trainer_mode}: continuing {buffered} batch(es) made ahead in {folder}",
+                      flush=True)
         if self.carry_pool is not None:
             rows = partial_rollout.load_pool(self, folder)
             if rows:

@@ -118,7 +118,7 @@ class IntegratedWorker(EngineWorker):
         """Rollout from the round's queue (``source``: this consumer's end of it) until it is drained.
         Returns (metrics, output columns in the order the rows finished, the consumer's trace: its row ids,
         busy seconds, row latencies and engine records for the driver's balance figures)."""
-        start = time.perf_counter()
+        start, began = time.perf_counter(), time.time()
         self.rollout.prepare()  # every rank together: the weight gather is a collective
         synced = time.perf_counter()
         stage = self.run_plan.stages[ROLLOUT.name]
@@ -130,7 +130,7 @@ class IntegratedWorker(EngineWorker):
             metrics.update(turn_counts(served))
         metrics["timing/rollout_weight_sync"] = synced - start
         trace = {"rows": served.rows, "busy": served.busy, "latency": served.latency,
-                 "trace": served.trace_array()}
+                 "trace": served.trace_array(), "span": (began, time.time())}  # wall clock: the async timeline
         if served.masks is not None:  # multi-turn: seconds its rows waited on tools, those the engine stepped
             trace["tools"] = [served.tool_running, served.tool_busy]
         return metrics, out, trace

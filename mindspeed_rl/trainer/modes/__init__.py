@@ -4,3 +4,4 @@ parts it needs (a fresh batch, partial rollout's pool, dynamic sampling's filter
 them."""
 from mindspeed_rl.trainer.modes import sync  # noqa: F401  (registers)
 from mindspeed_rl.trainer.modes.registry import STEPS, mode_step, register_mode  # noqa: F401  (re-exported)
+from mindspeed_rl.trainer.modes import async_modes  # noqa: F401,E402  (registers colocate_async, separate_async)

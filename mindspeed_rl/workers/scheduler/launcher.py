@@ -325,6 +325,34 @@ class RayActorGroup(UpstreamGroupIO):
         self._free_queues.append(pending.queue)
         return [m for m, _, _ in replies], [(out, trace) for _, out, trace in replies if out is not None]
 
+    def stage_done(self, pending: "PendingStage") -> bool:
+        """Every rank has answered a started stage (it may have failed: ``finish_stage`` says)."""
+        return len(ray.wait(list(pending.refs), num_returns=len(pending.refs), timeout=0)[0]) == len(pending.refs)
+
+    def wait(self, refs: List[ray.ObjectRef], name: str) -> List[Any]:
+        """Results of calls made on the ranks (in rank order), as a command's: a failure or silence is named."""
+        return self._wait(refs, name)
+
+    def policy_state_ref(self) -> ray.ObjectRef:
+        """The actor's full weights (every rank gathers, rank 0 returns them) as an object reference: the
+        engines read them from the object store, not through the driver."""
+        refs = [actor.policy_state.remote() for actor in self.actors]
+        self._wait(refs[1:], "policy_state")
+        self._wait_ready(refs[0], "policy_state")
+        return refs[0]
+
+    def _wait_ready(self, ref, name: str) -> None:
+        ready, _ = ray.wait([ref], timeout=self.stage_timeout)
+        if not ready:
+            self.kill()
+            raise StageTimeoutError(f"'{name}' did not finish within {self.stage_timeout:g}s "
+                                    f"(rl_config.stage_timeout): rank 0 did not answer; the run stops")
+
+    def load_weights(self, state_ref, version: int) -> List[ray.ObjectRef]:
+        """Send weight version ``version`` to every engine; each loads it after the calls sent before (wait on
+        the returned references)."""
+        return [actor.load_weights.remote(state_ref, version) for actor in self.actors]
+
     def run_queued_stage(self, group, queued, **context) -> Tuple[List[Dict[str, float]], list]:
         """``start_queued_stage`` and ``finish_stage``: every rank's metrics and, per consumer that returns rows,
         (output columns, trace)."""
