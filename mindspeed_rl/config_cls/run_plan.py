@@ -533,10 +533,8 @@ def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec, stale
                            "multi_turn_routing=sticky"))
     if correction.on:
         if spec.rollout.logprobs is None:
-            why = (f" (rl_config.trainer_mode={rl_config.trainer_mode} samples with older weights than it "
-                   f"trains, so rollout_is is 'token' unless set to null)" if stale else "")
             raise PlanError("rl_config.rollout_correction needs the rollout engine's log-probs: set "
-                            "generate_config.sampling_config.logprobs (0 or more)" + why)
+                            "generate_config.sampling_config.logprobs (0 or more)")
         spec = dataclasses.replace(spec, rollout=dataclasses.replace(spec.rollout, hf_log_probs=True))
     return partial, correction, multi_turn, spec
 

@@ -67,6 +67,7 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
     out = trainer.finish_step(iteration, metrics, sum_by_rank(rounds.results) + results, start)
     trainer.pipeline.after_update(iteration)
     out["async/sync_s"] = trainer.pipeline.sync_s
+    out["async/weight_version"] = float(trainer.pipeline.version)  # what the engines sample with next
     out["timing/iteration"] += trainer.pipeline.sync_s  # the trainer waits for the gather of its weights
     out["async/trainer_idle_fraction"] = rounds.waited / max(out["timing/iteration"], 1e-9)
     return out

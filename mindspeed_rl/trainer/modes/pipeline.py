@@ -219,8 +219,7 @@ class RolloutPipeline:
                "async/staleness_max": float(stale.max()),
                "async/stale_rows": float(rows[stale > 0].sum()),
                "async/over_bound_rows": float(rows[stale > self.spec.max_staleness].sum()),
-               "async/buffer_depth": float(self.depth), "async/weight_version": float(self.version),
-               "async/sync_s": self.sync_s, "async/batches_ahead": float(self.launched - self.taken)}
+               "async/buffer_depth": float(self.depth), "async/batches_ahead": float(self.launched - self.taken)}
         window = self.window[1] - self.window[0]
         if window > 0:  # over the run so far: from the first batch's start to the last collected one's end
             out["async/engine_idle_fraction"] = float(max(0.0, 1.0 - self.busy / (self.engines.world_size * window)))

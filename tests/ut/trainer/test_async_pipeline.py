@@ -1,0 +1,224 @@
+"""The async modes' rollout pipeline over a stand-in engine group (no Ray): which weight version samples each batch,
+when weights go out, what the trainer takes, staleness and idle figures, and a checkpoint's state continuing the
+same schedule. The stand-in keeps the engines' call order as Ray keeps it (a load sent after a started batch
+reaches an engine after that batch), and each engine writes the version it holds into every token it makes."""
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.config_cls.stages import ROLLOUT
+from mindspeed_rl.data.driver_dock import DriverDock
+from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
+from mindspeed_rl.trainer.modes import async_modes
+from mindspeed_rl.trainer.modes.pipeline import Made, RolloutPipeline
+
+TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
+
+
+class Engines:
+    """Two engines; a started batch is served when it is finished, with the version of the last load sent before
+    it; row r of a batch of prompts [L, k] gets L tokens, each the version + 100."""
+    world_size = 2
+
+    def __init__(self):
+        self.log, self.waited, self.finished = [], [], []
+
+    def start_queued_stage(self, group, queued, iteration):
+        self.log.append(("batch", iteration))
+        return {"at": len(self.log) - 1, "queued": queued, "iteration": iteration, "outputs": group.outputs}
+
+    def load_weights(self, state_ref, version):
+        self.log.append(("load", version))
+        return [("load", version, 0), ("load", version, 1)]
+
+    def wait(self, refs, name):
+        self.waited.append((name, [r[1] for r in refs]))
+
+    def stage_done(self, pending):
+        return True
+
+    def version_at(self, at: int) -> int:
+        loads = [v for kind, v in self.log[:at] if kind == "load"]
+        return loads[-1] if loads else 0
+
+    def finish_stage(self, pending):
+        queued, version = pending["queued"], self.version_at(pending["at"])
+        self.finished.append(pending["iteration"])
+        made = []
+        for consumer, rows in enumerate((queued.order[0::2], queued.order[1::2])):
+            prompts = [queued.batch["prompts"][queued.order.index(r)] for r in rows]
+            responses = [torch.full((int(p[0]),), 100 + version, dtype=torch.int32) for p in prompts]
+            out = {"responses": responses, "response_length": [torch.tensor([t.numel()]) for t in responses],
+                   "rollout_log_probs": [torch.zeros(t.numel()) for t in responses]}
+            out = {c: out[c] for c in pending["outputs"]}
+            trace = {"rows": list(rows), "busy": 1.0, "latency": [1.0] * len(rows),
+                     "trace": [[max(t.numel() for t in responses), len(rows), 2 * len(rows), 1.0]],
+                     "consumer": consumer, "span": (10.0 * pending["iteration"], 10.0 * pending["iteration"] + 4)}
+            made.append((out, trace))
+        return [{"rank": 0.0, "timing/actor_rollout": 1.0}, {"rank": 1.0, "timing/actor_rollout": 1.0}], made
+
+
+class Actor:
+    def __init__(self):
+        self.states = 0
+
+    def policy_state_ref(self):
+        self.states += 1
+        return ("weights", self.states)
+
+
+class Trainer:
+    """What the async step reads of the trainer; the train stages record the rows they got."""
+    took_batch = RayGRPOTrainer.took_batch
+
+    def __init__(self, *overrides, train_iters=5, data=None):
+        self.run_plan = build_configs(load_config(TINY, ["megatron_training.model_path=/unused",
+                                                         "rl_config.trainer_mode=separate_async",
+                                                         *overrides])).plan
+        plan = self.run_plan
+        self.transfer_dock = DriverDock(plan.dock_prompts, plan.n_samples, addition_columns=["labels"],
+                                        run_plan=plan)
+        self.dataset_additional_keys = ["labels"]
+        self.train_iters, self.data_position = train_iters, 0
+        self.groups = {"actor": Actor()}
+        self.engines = Engines()
+        self.pipeline = RolloutPipeline(self, self.engines, plan.asynchronous)
+        self.data_iter = data if data is not None else batches()
+        self.trained = []
+
+    def checked(self, batch):
+        return batch
+
+    def run_stages(self, stages, iteration):
+        assert ROLLOUT.name not in [s.name for s in stages]  # the engines made the rows
+        td = self.transfer_dock
+        got = td.get_rows(["prompts", "responses"], list(range(td.round_rows())))
+        self.trained.append((iteration, td.round, [int(p[1]) for p in got["prompts"]],
+                             sorted({int(t) for r in got["responses"] for t in r})))
+        return {}, []
+
+    def finish_step(self, iteration, metrics, results, start):
+        return dict(metrics, **{"timing/iteration": 2.0, "ranks": float(len(results))})
+
+    def fit(self, first, last):
+        if self.pipeline.state_ref is None:
+            self.pipeline.push(self.groups["actor"].policy_state_ref(), first - 1)
+        return [async_modes.step(self, k, next(self.data_iter)) for k in range(first, last + 1)]
+
+
+def batches(limit=100):
+    for k in range(1, limit):  # prompt [L, k]: batch k's rows answer L tokens
+        lengths = [(k + i) % 5 + 1 for i in range(8)]
+        yield {"prompts": [torch.tensor([L, k], dtype=torch.int32) for L in lengths],
+               "labels": [torch.tensor([L]) for L in lengths]}
+    raise AssertionError("the test's data ran out")
+
+
+def trained_versions(t):
+    """(batch of the rows trained, the version that sampled them) per iteration."""
+    out = []
+    for _, _, prompts, tokens in t.trained:
+        assert len(set(prompts)) == 1 and len(tokens) == 1  # one batch per iteration, one version per batch
+        out.append((prompts[0], tokens[0] - 100))
+    return out
+
+
+def test_separate_async_runs_batches_ahead_and_syncs_every_parameter_sync_step():
+    t = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2")
+    history = t.fit(1, 5)
+    # batches in data order, each sampled by the version the engines held when it started
+    assert trained_versions(t) == [(1, 0), (2, 0), (3, 0), (4, 2), (5, 2)]
+    assert [m["async/staleness_max"] for m in history] == [0, 1, 2, 1, 2]
+    assert [m["async/staleness_mean"] for m in history] == [0, 1, 2, 1, 2]
+    assert [m["async/stale_rows"] for m in history] == [0, 32, 32, 32, 32]
+    assert all(m["async/over_bound_rows"] == 0 for m in history)
+    # weights go out after updates 2 and 4 (and the starting weights before iteration 1)
+    assert [e for e in t.engines.log if e[0] == "load"] == [("load", 0), ("load", 2), ("load", 4)]
+    assert [m["async/weight_version"] for m in history] == [0, 2, 2, 4, 4]
+    # max_staleness 2 with a sync every 2 updates: one batch ahead, none beyond the last iteration; the data
+    # position counts every batch taken
+    assert [m["async/batches_ahead"] for m in history] == [1, 1, 1, 1, 0]
+    assert t.pipeline.launched == 5 and t.engines.finished == [1, 2, 3, 4, 5]
+    # the last iteration's batch from the data waits (a checkpoint keeps it): taken, not started
+    assert t.data_position == 6 and [int(b["prompts"][0][1]) for b in t.pipeline.pending] == [6]
+    # the trainer's dock numbers a batch's round as sync does; the rows are the batch's 8 prompts x 4 samples
+    assert [r for _, r, _, _ in t.trained] == [1, 2, 3, 4, 5]
+    assert history[0]["ranks"] == 2.0 and history[0]["async/trainer_wait_s"] >= 0
+    # a load is waited for with the first batch started after it
+    assert t.engines.waited == [("load_weights", [0, 0]), ("load_weights", [2, 2])]
+
+
+def test_max_staleness_0_is_sync_and_one_step_off_is_colocate():
+    t = Trainer("rl_config.max_staleness=0", train_iters=4)
+    t.fit(1, 4)
+    assert trained_versions(t) == [(1, 0), (2, 1), (3, 2), (4, 3)]
+    c = Trainer("rl_config.trainer_mode=colocate_async", train_iters=4)
+    history = c.fit(1, 4)
+    assert trained_versions(c) == [(1, 0), (2, 0), (3, 1), (4, 2)]
+    assert [m["async/staleness_max"] for m in history] == [0, 1, 1, 1]
+
+
+def test_the_warmup_runs_in_step_then_the_engines_run_ahead():
+    t = Trainer("rl_config.num_warmup_batches=2", "rl_config.parameter_sync_step=2", "rl_config.max_staleness=2",
+                train_iters=6)
+    history = t.fit(1, 6)
+    # iterations 1-2 sync every update and start nothing ahead; then one ahead, a sync every second update
+    assert trained_versions(t) == [(1, 0), (2, 1), (3, 2), (4, 2), (5, 2), (6, 4)]
+    assert [m["async/batches_ahead"] for m in history] == [0, 0, 1, 1, 1, 0]
+
+
+def test_a_checkpoints_state_continues_the_same_schedule():
+    whole = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2", train_iters=6)
+    whole.fit(1, 6)
+    first = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2", train_iters=6)
+    first.fit(1, 3)
+    saved = first.pipeline.state(3, lambda ref: ("read", ref))
+    # after update 3 the engines hold version 2: their weights are saved; batch 4 was made ahead (with them)
+    assert saved["weights"] == ("read", ("weights", 2)) and saved["version"] == 2
+    assert [(m["index"], m["version"]) for m in saved["ready"]] == [(4, 2)] and saved["pending"] == []
+    assert (saved["launched"], saved["taken"]) == (4, 3)
+    data = batches()
+    for _ in range(first.data_position):  # the resumed data iterator starts after the batches taken
+        next(data)
+    second = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2", train_iters=6, data=data)
+    second.data_position = first.data_position
+    second.pipeline.load(saved, 3, lambda state: ("put", state))
+    assert second.engines.log == [("load", 2)] and second.pipeline.state_ref == ("put", ("read", ("weights", 2)))
+    second.fit(4, 6)
+    assert trained_versions(second) == trained_versions(whole)[3:]
+    assert second.trained == whole.trained[3:]
+    # saved at a sync: the trainer's own weights go out, nothing is read
+    at_sync = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2", train_iters=6)
+    at_sync.fit(1, 2)
+    state = at_sync.pipeline.state(2, lambda ref: pytest.fail("weights read at a sync"))
+    assert state["weights"] is None and [m["index"] for m in state["ready"]] == [3]
+    again = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2", train_iters=6)
+    again.pipeline.load(state, 2, lambda s: pytest.fail("nothing to put"))
+    assert again.engines.log == [("load", 2)] and again.pipeline.state_ref == ("weights", 1)
+
+
+def test_staleness_beyond_the_bound_and_engine_idle_figures():
+    t = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2")
+    made = [Made(1, 0, {"prompts": [0] * 32}, {}, [], []), Made(2, 3, {"prompts": [0] * 32}, {}, [], []),
+            Made(3, 5, {"prompts": [0] * 16}, {}, [], [])]
+    t.pipeline.depth = 1
+    m = t.pipeline.metrics(made, 7)  # trained with version 6: 6, 3 and 1 versions old
+    assert m["async/staleness_max"] == 6 and m["async/staleness_mean"] == pytest.approx((6 * 32 + 3 * 32 + 16) / 80)
+    assert m["async/over_bound_rows"] == 64 and m["async/stale_rows"] == 80 and m["async/buffer_depth"] == 1
+    assert "async/engine_idle_fraction" not in m  # no engine span yet
+    t.pipeline.busy, t.pipeline.window = 12.0, [100.0, 110.0]  # 2 engines x 10 s, 12 s busy
+    assert t.pipeline.metrics(made, 7)["async/engine_idle_fraction"] == pytest.approx(0.4)
+
+
+def test_the_engine_spans_and_the_trainer_idle_fraction_of_a_run():
+    t = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2")
+    history = t.fit(1, 3)
+    # each batch: both engines busy 4 s of the 10 s between starts; batches 1-3 collected by iteration 3
+    assert t.pipeline.busy == pytest.approx(3 * 2 * 4.0) and t.pipeline.window == [10.0, 34.0]
+    assert history[-1]["async/engine_idle_fraction"] == pytest.approx(1 - 24.0 / (2 * 24.0))
+    assert all(0 <= m["async/trainer_idle_fraction"] <= 1 for m in history)
+    assert np.isfinite([m["async/sync_s"] for m in history]).all()
