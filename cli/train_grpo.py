@@ -251,7 +251,7 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
         try:
             logger.close()
             reward.close()
-            for g in groups.values():
+            for g in reversed(list(groups.values())):  # colocated engines end before the group they share
                 # after an error or a signal the workers may be stuck: end them instead of asking them
                 g.shutdown() if ok else g.kill()
         finally:

@@ -11,7 +11,7 @@ and its rows move to the trainer's dock when the trainer takes it.
 """
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -42,9 +42,10 @@ class Made:
     index: int
     version: int
     columns: Dict[str, list]
-    figures: Dict[str, float]
     results: List[Dict[str, float]]
-    plans: List[dict]
+    plans: List[dict]     # fixed shares: the rollout's plan
+    queued: object = None  # a queued rollout: its round and its consumers' traces, for its balance figures,
+    traces: list = None    # drawn on the trainer's dock when it takes the batch (its random draws as in sync)
     spans: List[List[float]] = field(default_factory=list)  # per engine: (start, end) wall-clock of its work
 
 
@@ -128,20 +129,19 @@ class RolloutPipeline:
         metrics, made = engines.finish_stage(launched.pending)
         stage = self.trainer.run_plan.stage(ROLLOUT.name)
         group = StageGroup.of(stage)
-        figures, spans = {}, []
+        traces, spans = None, []
         if launched.queued is not None:
             traces = [trace for _, trace in made]
             dock.put_queued(group, launched.queued.order, [(trace["rows"], out) for out, trace in made])
-            figures, record = rollout_figures(dock, stage, launched.queued, traces)
-            dock.record_plan(record)
             spans = [list(t["span"]) for t in traces if "span" in t]
         else:
             dock.put_stage(group, *made)
         rows = list(range(dock.round_rows()))
         columns = [c for c in dock.experience_columns if len(dock.rows_with(c)) == len(rows)]
         got = dock.get_rows(columns, rows)
-        return Made(launched.index, launched.version, {c: list(got[c]) for c in columns}, figures, metrics,
-                    dock.round_summary()["balance"], spans)
+        queued = launched.queued._replace(batch=None) if launched.queued is not None else None
+        return Made(launched.index, launched.version, {c: list(got[c]) for c in columns}, metrics,
+                    dock.round_summary()["balance"], queued, traces, spans)
 
     def take(self, iteration: int) -> Made:
         """The oldest finished batch (started now if it was not: the warm-up, or dynamic sampling's refills);
@@ -162,6 +162,11 @@ class RolloutPipeline:
         td.clear()
         td.put_experience(made.columns, list(range(len(made.columns["prompts"]))))
         for record in made.plans:
+            td.record_plan(record)
+        made.figures = {}
+        if made.queued is not None:
+            made.figures, record = rollout_figures(td, self.trainer.run_plan.stage(ROLLOUT.name), made.queued,
+                                                   made.traces)
             td.record_plan(record)
         for start, end in made.spans:
             self.busy += end - start
@@ -193,7 +198,8 @@ class RolloutPipeline:
         self.drain()
         older = self.version != iteration
         return {"version": self.version, "launched": self.launched, "taken": self.taken,
-                "ready": [vars(m) for m in self.ready], "pending": list(self.pending),
+                "ready": [{f.name: getattr(m, f.name) for f in fields(Made)} for m in self.ready],
+                "pending": list(self.pending),
                 "weights": load_state(self.state_ref) if older and self.state_ref is not None else None}
 
     def load(self, state: dict, iteration: int, put_state) -> None:

@@ -203,8 +203,8 @@ def test_a_checkpoints_state_continues_the_same_schedule():
 
 def test_staleness_beyond_the_bound_and_engine_idle_figures():
     t = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2")
-    made = [Made(1, 0, {"prompts": [0] * 32}, {}, [], []), Made(2, 3, {"prompts": [0] * 32}, {}, [], []),
-            Made(3, 5, {"prompts": [0] * 16}, {}, [], [])]
+    made = [Made(1, 0, {"prompts": [0] * 32}, [], []), Made(2, 3, {"prompts": [0] * 32}, [], []),
+            Made(3, 5, {"prompts": [0] * 16}, [], [])]
     t.pipeline.depth = 1
     m = t.pipeline.metrics(made, 7)  # trained with version 6: 6, 3 and 1 versions old
     assert m["async/staleness_max"] == 6 and m["async/staleness_mean"] == pytest.approx((6 * 32 + 3 * 32 + 16) / 80)
