@@ -190,6 +190,7 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
     from mindspeed_rl.utils.wandb_log import wandb_settings
     from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
+    from mindspeed_rl.workers.scheduler.pinning import pin_groups
 
     actor, rl, plan = cfgs.actor_config, cfgs.rl_config, cfgs.plan
     eos_id = tokenizer.eos_token_id
@@ -213,6 +214,9 @@ def _train(cfgs, tokenizer, data, resume, state, output_dir):
         for role in plan.roles:  # one worker group per role, each on its own devices and layout
             groups[role] = RayActorGroup(classes[role], plan.for_group(role), **group_options(plan, role, groups))
             groups[role].initialize(weights[role], eos_id, pad_id)
+        pinned = pin_groups(groups, plan)
+        if pinned:
+            print("pinned cores: " + "; ".join(f"{role} {cores}" for role, cores in pinned.items()), flush=True)
         group = groups["actor"]
         if resume is not None:
             def load_workers(*args):
