@@ -29,10 +29,16 @@ class RolloutEngineWorker(IntegratedWorker):
 
     def load_weights(self, state, version: int) -> int:
         """The trainer's full state dict (``IntegratedWorker.policy_state``) as weight version ``version``."""
-        missing, unexpected = self.actor.module.load_state_dict(state, strict=False)
-        if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
+        own = self.actor.module.state_dict()
+        # checked before anything loads: a bad push leaves the engine on its last version
+        missing = sorted(k for k in own if k not in state and not k.endswith("lm_head.weight"))
+        unexpected = sorted(k for k in state if k not in own)
+        wrong = sorted(k for k in state if k in own and tuple(state[k].shape) != tuple(own[k].shape))
+        if missing or unexpected or wrong:
             raise ValueError(f"rollout engine {self.rank}: weight version {version} does not fit the model "
-                             f"(missing {list(missing)[:4]}, unexpected {list(unexpected)[:4]})")
+                             f"(missing {missing[:4]}, unexpected {unexpected[:4]}, other shapes {wrong[:4]}); "
+                             f"it keeps version {self.version}")
+        self.actor.module.load_state_dict(state, strict=False)
         self.version = int(version)
         self.rollout.weights_changed()
         return self.version
