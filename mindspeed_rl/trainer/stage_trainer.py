@@ -85,6 +85,15 @@ def first_nonfinite(metrics: Dict[str, float], skipped_before=None):
     return None
 
 
+def async_summary(m: Dict[str, float]) -> str:
+    """The console line's async part ('' under sync): the rows' staleness, the engines' weight version, how long
+    the trainer waited for rollout."""
+    if "async/staleness_max" not in m:
+        return ""
+    return (f" async: staleness={m['async/staleness_mean']:.2f}/{int(m['async/staleness_max'])} "
+            f"weights=v{int(m['async/weight_version'])} trainer_wait={m['async/trainer_wait_s']:.2f}s")
+
+
 def verifier_fault_lines(iteration: int, metrics: Dict[str, float]) -> List[str]:
     """One console line per iteration naming the verifiers that timed out or raised
     (``reward/<verifier>/timeouts`` and ``/errors`` of VerifierReward.last_metrics)."""
@@ -350,4 +359,4 @@ class StageTableTrainer:
                 f"loss={get('actor/pg_loss', '{:.4f}')} kl={get('actor/kl', '{:.4f}')} "
                 f"update max/min rank s={get(f'timing/{TRAIN.name}/max', '{:.2f}')}/"
                 f"{get(f'timing/{TRAIN.name}/min', '{:.2f}')} "
-                f"{balance}" + dynamic_sampling.summary(m) + turn_summary(m))
+                f"{balance}" + dynamic_sampling.summary(m) + turn_summary(m) + async_summary(m))

@@ -222,3 +222,12 @@ def test_the_engine_spans_and_the_trainer_idle_fraction_of_a_run():
     assert history[-1]["async/engine_idle_fraction"] == pytest.approx(1 - 24.0 / (2 * 24.0))
     assert all(0 <= m["async/trainer_idle_fraction"] <= 1 for m in history)
     assert np.isfinite([m["async/sync_s"] for m in history]).all()
+
+
+def test_the_console_line_says_staleness_weights_and_wait():
+    from mindspeed_rl.trainer.stage_trainer import async_summary
+    t = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2")
+    history = t.fit(1, 3)
+    line = async_summary(history[2])
+    assert line.startswith(" async: staleness=2.00/2 weights=v2 trainer_wait=") and line.endswith("s")
+    assert async_summary({"reward/mean": 1.0}) == ""
