@@ -176,7 +176,7 @@ class StandInTrainer:
         self.pipeline = RolloutPipeline(self, engines, plan.asynchronous)
         self.devices, self.train_s = devices, train_s
         self.data_iter = iter(lengths)
-        self.waits: List[float] = []
+        self.spans: List[tuple] = []  # (start, end) wall clock of every update
 
     def checked(self, batch):
         return batch
@@ -184,11 +184,13 @@ class StandInTrainer:
     def run_stages(self, stages, iteration):
         for d in self.devices:
             d.acquire()
+        start = time.time()
         try:
             time.sleep(self.train_s)
         finally:
             for d in self.devices:
                 d.release()
+        self.spans.append((start, time.time()))
         return {}, []
 
     def finish_step(self, iteration, metrics, results, start):

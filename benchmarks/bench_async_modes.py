@@ -39,8 +39,9 @@ def spread(values):
     return f"{statistics.median(values):.3g} [{min(values):.3g}, {max(values):.3g}]"
 
 
-def standin_run(mode, devices, engines, staleness, iters, seed, prompts=PROMPTS, sync_step=1):
-    """One run of the stand-ins: (rows/s, trainer idle fraction, engine idle fraction, rollout share)."""
+def standin_run(mode, devices, engines, staleness, iters, seed, prompts=PROMPTS, sync_step=1, spans=None):
+    """One run of the stand-ins: (rows/s, trainer idle fraction, engine idle fraction, rollout share);
+    ``spans``: a dict that gets the engines' and the trainer's busy spans."""
     locks = [threading.Lock() for _ in range(devices)]
     if mode == "separate_async":
         engine_locks, trainer_locks = locks[:engines], locks[engines:]
@@ -63,6 +64,8 @@ def standin_run(mode, devices, engines, staleness, iters, seed, prompts=PROMPTS,
         history = trainer.fit()
     finally:
         pool.close()
+    if spans is not None:
+        spans.update(engines=list(pool.spans), trainer=list(trainer.spans))
     steady = history[1:]  # from the end of the first iteration: both sides have started
     wall = sum(m["timing/iteration"] for m in steady)
     waited = sum(m["async/trainer_wait_s"] for m in steady)
@@ -96,6 +99,30 @@ def standin_table(iters, repeats):
                          staleness)
             best = candidate if best is None or candidate[0] > best[0] else best
     return lines, best
+
+
+def timeline(path, iters=8):
+    """When each engine and the trainer were busy, 8 devices, one run per mode (a picture)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    runs = [("sync", 8, 8, 0), ("colocate_async", 8, 8, 1), ("separate_async", 8, 7, 2)]
+    fig, axes = plt.subplots(len(runs), 1, figsize=(11, 7), sharex=True)
+    for ax, (mode, devices, engines, staleness) in zip(axes, runs):
+        spans = {}
+        standin_run(mode, devices, engines, staleness, iters, 0, 42, spans=spans)
+        t0 = min(s for _, s, _ in spans["engines"])
+        for e, start, end in spans["engines"]:
+            ax.broken_barh([(start - t0, end - start)], (e - 0.4, 0.8), color="tab:blue", edgecolor="white", linewidth=1)
+        for start, end in spans["trainer"]:
+            ax.broken_barh([(start - t0, end - start)], (engines - 0.4, 0.8), color="tab:orange")
+        ax.set_yticks(list(range(engines + 1)), [f"engine {e}" for e in range(engines)] + ["trainer"], fontsize=7)
+        ax.set_title(f"{mode} ({engines} engines" + (f" + 1 trainer device" if mode == "separate_async" else
+                                                     ", trainer on the same devices") + ")", fontsize=9)
+    axes[-1].set_xlabel("seconds (an engine's bar: its part of one batch, slots busy or waiting for its last row)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def simulate(devices, engines, staleness, mode, iters=40, seed=0, stream=False):
@@ -211,6 +238,10 @@ def main(argv=None) -> int:
     if gain < 1.5 or idle > 0.15:
         missed.append(f"separate_async {gain:.2f}x sync (target >= 1.5x) with the trainer idle {idle:.0%} "
                       f"(target <= 15 %)")
+    if not args.quick:
+        picture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "async_timeline.png")
+        timeline(picture)
+        print(f"timeline: {picture}\n")
     print("## Simulation of the same cost model\n")
     print("\n".join(simulation_table()) + "\n")
     if args.real:
