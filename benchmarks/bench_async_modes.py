@@ -155,9 +155,11 @@ def simulate(devices, engines, staleness, mode, iters=40, seed=0, stream=False):
             ends[e] = max(ends[e], t + length * STEP_S)
             heapq.heappush(heap, (t + length * STEP_S, e))
         slot_free = list(heap)
+        if mode == "colocate_async" and b:  # the devices are the trainer's while it trains batch b - 1:
+            window = (trained_at[b - 1] - train_s, trained_at[b - 1])  # every engine still at work stalls
+            ends = [end + max(0.0, min(end, window[1]) - max(max(launch, engine_free[e]), window[0]))
+                    for e, end in enumerate(ends)]
         done = max(ends)
-        if mode == "colocate_async" and b:  # the devices were the trainer's for part of this rollout
-            done += min(train_s, max(0.0, trained_at[b - 1] - launch))
         engine_free = ends
         trained_at.append(max(done, trained_at[-1] if trained_at else 0.0) + train_s)
     steady = iters // 4

@@ -231,3 +231,55 @@ def test_the_console_line_says_staleness_weights_and_wait():
     line = async_summary(history[2])
     assert line.startswith(" async: staleness=2.00/2 weights=v2 trainer_wait=") and line.endswith("s")
     assert async_summary({"reward/mean": 1.0}) == ""
+
+
+class PlannedEngines(Engines):
+    """Fixed shares (rl_config.guarantee_order): each DP rank gets its rows with the round's plan."""
+
+    def start_stage(self, group, plan, batches, iteration):
+        self.log.append(("batch", iteration))
+        return {"at": len(self.log) - 1, "plan": plan, "batches": batches, "iteration": iteration,
+                "outputs": group.outputs}
+
+    def finish_stage(self, pending):
+        if "plan" not in pending:
+            return super().finish_stage(pending)
+        version = self.version_at(pending["at"])
+        self.finished.append(pending["iteration"])
+        outputs = []
+        for batch in pending["batches"]:
+            responses = [torch.full((int(p[0]),), 100 + version, dtype=torch.int32) for p in batch["prompts"]]
+            out = {"responses": responses, "response_length": [torch.tensor([t.numel()]) for t in responses],
+                   "rollout_log_probs": [torch.zeros(t.numel()) for t in responses]}
+            outputs.append({c: out[c] for c in pending["outputs"]})
+        return [{"rank": 0.0}, {"rank": 1.0}], outputs
+
+
+def test_fixed_shares_run_ahead_too():
+    t = Trainer("rl_config.guarantee_order=true", train_iters=4)
+    t.engines = PlannedEngines()
+    t.pipeline = RolloutPipeline(t, t.engines, t.run_plan.asynchronous)
+    history = t.fit(1, 4)
+    assert trained_versions(t) == [(1, 0), (2, 0), (3, 1), (4, 2)]
+    # the rollout's plan of fixed shares reached the trainer's dock with the batch; no queue figures
+    assert all("dp_balance/actor_rollout/stage_s" not in m for m in history)
+    assert t.engines.finished == [1, 2, 3, 4]
+
+
+def test_the_pipeline_file_saves_and_loads_through_the_object_store(tmp_path, monkeypatch):
+    import ray
+    from mindspeed_rl.trainer.modes import pipeline
+    monkeypatch.setattr(ray, "get", lambda ref: {"read": ref})
+    monkeypatch.setattr(ray, "put", lambda value: ("put", value))
+    first = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2", train_iters=6)
+    first.fit(1, 3)
+    first.iteration = 3
+    pipeline.save_pipeline(first, str(tmp_path), 3)
+    assert (tmp_path / pipeline.PIPELINE_FILE).is_file() and not first.pipeline.flight  # drained first
+    second = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2", train_iters=6)
+    second.iteration = 3
+    assert pipeline.load_pipeline(second, str(tmp_path)) == 1  # batch 4, made ahead
+    assert second.pipeline.state_ref == ("put", {"read": ("weights", 2)}) and second.pipeline.version == 2
+    assert [m.index for m in second.pipeline.ready] == [4] and second.pipeline.launched == 4
+    assert torch.equal(second.pipeline.ready[0].columns["responses"][0], first.pipeline.ready[0].columns["responses"][0])
+    assert pipeline.load_pipeline(second, str(tmp_path / "elsewhere")) is None  # a checkpoint without one
