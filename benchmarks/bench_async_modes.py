@@ -226,7 +226,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--real", action="store_true", help="also the tiny model through the CLI (minutes)")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                      "bench_async_modes.md"), help="where the tables go too")
     args = parser.parse_args(argv)
+    report = []
+
+    def print(*parts):  # noqa: A001  (every table line also goes to --out)
+        text = " ".join(str(p) for p in parts)
+        report.append(text)
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    print(f"# bench_async_modes.py{' --quick' if args.quick else ''}{' --real' if args.real else ''}\n")
     iters, repeats = (6, 3) if args.quick else (12, 5)
     missed = []
     lines, best = standin_table(iters, repeats)
@@ -259,6 +270,8 @@ def main(argv=None) -> int:
                 missed.append(f"{mode} learned less: reward {reward[mode]:.3f} vs sync {reward['sync']:.3f}")
     for line in missed:
         print(f"MISSED: {line}")
+    with open(args.out, "w") as f:
+        f.write("\n".join(report) + "\n")
     return 1 if missed else 0
 
 

@@ -65,3 +65,15 @@ def test_a_resume_in_the_middle_of_a_stream_continues_it_exactly(tiny_model, tmp
                                       f"megatron_training.save={tmp_path}/ckpt_b"], str(tmp_path / "b"), tiny_model)
     assert _numbers(resumed) == _numbers(whole[3:])
     assert [m["async/staleness_max"] for m in resumed] == [1, 2]
+
+
+def test_dynamic_sampling_draws_its_refills_from_the_engines(tmp_path):
+    config = os.path.join(os.path.dirname(CONFIG), "dapo_tiny_cpu.yaml")
+    history = run(config, ["megatron_training.train_iters=2", "rl_config.trainer_mode=separate_async"],
+                  str(tmp_path / "dapo"), str(tmp_path / "model"))
+    for m in history:
+        batches = m["dapo/rollout_batches"]
+        assert batches >= 1 and m["dapo/train_groups"] >= 1
+        # the batches the filter drew were made by the engines, each ahead of the trainer or not at all
+        assert 0 <= m["async/staleness_mean"] <= m["async/staleness_max"] <= batches
+    assert history[0]["async/staleness_max"] == 0  # the first batch comes from the starting weights
