@@ -51,3 +51,35 @@ def test_more_ranks_than_the_cluster_has_is_one_line(local_ray):
     assert str(info.value) == ("cannot place the workers: the run asks for 8 workers x {CPU: 0.5} = {CPU: 4}; the "
                                "cluster has {CPU: 2} on 1 node(s) (rl_config.actor_resource.num_npus sets the "
                                "worker count)")
+
+
+def test_an_engine_that_dies_mid_stream_is_named_and_ends_the_group(local_ray):
+    """separate_async's engines: a batch in flight when an engine's process is killed ends in one line naming
+    the rank and the stage when the trainer collects the batch; the group is torn down."""
+    import time
+
+    from mindspeed_rl.config_cls.run_plan import StagePlan
+    from mindspeed_rl.config_cls.stages import TRAIN
+    from mindspeed_rl.data.driver_dock import QueueRound
+    from mindspeed_rl.trainer.stage_runner import StageGroup
+
+    class Engine(BaseWorker):
+        def run_queued_stage(self, group, order, batch, queue, key, **context):
+            time.sleep(60 if self.rank == 1 else 0)  # rank 1 is mid-generation when it is killed
+            return {"rank": self.rank}, None, None
+
+    rollout = StagePlan("actor_rollout", 4, 2, False, stage=TRAIN, queued=True)
+    plan = _plan(world=2)
+    plan = RunPlan(plan.layout, prompts_per_round=1, n_samples=1, mini_batch_rows=1, epochs=1, train_iters=1,
+                   timeouts=plan.timeouts, stages={"actor_rollout": rollout})
+    group = launcher.RayActorGroup(Engine, plan, num_cpus_per_worker=0.25)
+    pid = group.pids[1][0]
+    pending = group.start_queued_stage(StageGroup.of(rollout), QueueRound([0, 1, 2, 3], {}, [0, 0, 1, 1],
+                                                                          [float("nan")] * 4), iteration=1)
+    time.sleep(1.0)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(RuntimeError) as info:
+        group.finish_stage(pending)
+    assert str(info.value).startswith("worker rank 1 failed in 'actor_rollout': ")
+    assert "\n" not in str(info.value)
+    assert group.actors == [] and group.placement_group is None
