@@ -88,7 +88,13 @@ class Trainer:
         self.engines = Engines()
         self.pipeline = RolloutPipeline(self, self.engines, plan.asynchronous)
         self.data_iter = data if data is not None else batches()
-        self.trained = []
+        self.trained, self.rollout_rounds = [], []
+        launch = self.pipeline._launch
+
+        def recorded(batch):  # the round of each batch's dock
+            launch(batch)
+            self.rollout_rounds.append(self.pipeline.flight[-1].dock.round)
+        self.pipeline._launch = recorded
 
     def checked(self, batch):
         return batch
@@ -96,7 +102,9 @@ class Trainer:
     def run_stages(self, stages, iteration):
         assert ROLLOUT.name not in [s.name for s in stages]  # the engines made the rows
         td = self.transfer_dock
-        got = td.get_rows(["prompts", "responses"], list(range(td.round_rows())))
+        got = td.get_rows(["prompts", "responses", "labels"], list(range(td.round_rows())))
+        # the dataset's columns came along with the batch (the rewards read them)
+        assert [int(label) for label in got["labels"]] == [int(p[0]) for p in got["prompts"]]
         self.trained.append((iteration, td.round, [int(p[1]) for p in got["prompts"]],
                              sorted({int(t) for r in got["responses"] for t in r})))
         return {}, []
@@ -147,6 +155,7 @@ def test_separate_async_runs_batches_ahead_and_syncs_every_parameter_sync_step()
     assert t.data_position == 6 and [int(b["prompts"][0][1]) for b in t.pipeline.pending] == [6]
     # the trainer's dock numbers a batch's round as sync does; the rows are the batch's 8 prompts x 4 samples
     assert [r for _, r, _, _ in t.trained] == [1, 2, 3, 4, 5]
+    assert t.rollout_rounds == [1, 2, 3, 4, 5]  # and so does the batch's own dock (its random draws)
     assert history[0]["ranks"] == 2.0 and history[0]["async/trainer_wait_s"] >= 0
     # a load is waited for with the first batch started after it
     assert t.engines.waited == [("load_weights", [0, 0]), ("load_weights", [2, 2])]
