@@ -26,6 +26,7 @@ class Engines:
 
     def __init__(self):
         self.log, self.waited, self.finished = [], [], []
+        self.instant = True  # every started batch is done at once (False: only when the trainer waits for it)
 
     def start_queued_stage(self, group, queued, iteration):
         self.log.append(("batch", iteration))
@@ -39,7 +40,7 @@ class Engines:
         self.waited.append((name, [r[1] for r in refs]))
 
     def stage_done(self, pending):
-        return True
+        return self.instant
 
     def version_at(self, at: int) -> int:
         loads = [v for kind, v in self.log[:at] if kind == "load"]
@@ -159,6 +160,10 @@ def test_separate_async_runs_batches_ahead_and_syncs_every_parameter_sync_step()
     assert history[0]["ranks"] == 2.0 and history[0]["async/trainer_wait_s"] >= 0
     # a load is waited for with the first batch started after it
     assert t.engines.waited == [("load_weights", [0, 0]), ("load_weights", [2, 2])]
+    # each batch's queue figures, drawn on the trainer's dock when it took the batch
+    for m in history:
+        assert m["dp_balance/actor_rollout/rows/rank0"] + m["dp_balance/actor_rollout/rows/rank1"] == 32
+        assert m["dp_balance/actor_rollout/stage_s"] == 1.0
 
 
 def test_max_staleness_0_is_sync_and_one_step_off_is_colocate():
@@ -184,8 +189,11 @@ def test_a_checkpoints_state_continues_the_same_schedule():
     whole = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2", train_iters=6)
     whole.fit(1, 6)
     first = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2", train_iters=6)
+    first.engines.instant = False
     first.fit(1, 3)
+    assert [f.index for f in first.pipeline.flight] == [4]  # still running when the save comes
     saved = first.pipeline.state(3, lambda ref: ("read", ref))
+    assert not first.pipeline.flight and first.engines.finished[-1] == 4  # the save waited for it
     # after update 3 the engines hold version 2: their weights are saved; batch 4 was made ahead (with them)
     assert saved["weights"] == ("read", ("weights", 2)) and saved["version"] == 2
     assert [(m["index"], m["version"]) for m in saved["ready"]] == [(4, 2)] and saved["pending"] == []
@@ -292,3 +300,10 @@ def test_the_pipeline_file_saves_and_loads_through_the_object_store(tmp_path, mo
     assert [m.index for m in second.pipeline.ready] == [4] and second.pipeline.launched == 4
     assert torch.equal(second.pipeline.ready[0].columns["responses"][0], first.pipeline.ready[0].columns["responses"][0])
     assert pipeline.load_pipeline(second, str(tmp_path / "elsewhere")) is None  # a checkpoint without one
+
+
+def test_with_dynamic_sampling_a_batch_and_its_train_round_take_two_round_numbers():
+    assert Trainer().pipeline.round_of(3) == 3
+    dapo = Trainer("rl_config.filter_groups_enable=true", "rl_config.filter_groups_metric=length_match",
+                   "rl_config.filter_groups_train_batch_size=8")
+    assert [dapo.pipeline.round_of(i) for i in (1, 2, 3)] == [1, 3, 5]
