@@ -237,6 +237,10 @@ def test_staleness_beyond_the_bound_and_engine_idle_figures():
     assert "async/engine_idle_fraction" not in m  # no engine span yet
     t.pipeline.busy, t.pipeline.window = 12.0, [100.0, 110.0]  # 2 engines x 10 s, 12 s busy
     assert t.pipeline.metrics(made, 7)["async/engine_idle_fraction"] == pytest.approx(0.4)
+    t.pipeline.busy, t.pipeline.window = 0.5, [100.0, 100.5]  # a short window counts too
+    assert t.pipeline.metrics(made, 7)["async/engine_idle_fraction"] == pytest.approx(0.5)
+    t.pipeline.busy, t.pipeline.window = 0.0, [100.0, 100.0]  # nothing measured yet
+    assert "async/engine_idle_fraction" not in t.pipeline.metrics(made, 7)
 
 
 def test_the_engine_spans_and_the_trainer_idle_fraction_of_a_run():
