@@ -114,7 +114,9 @@ def verifier_fault_lines(iteration: int, metrics: Dict[str, float]) -> List[str]
 
 class StageTableTrainer:
     """Runs on the driver; runs the stage table, never per-rank work. Row counts, stages and the algorithm's
-    settings come from ``run_plan`` (config_cls.RunPlan); ``critic_worker``: PPO's critic group."""
+    settings come from ``run_plan`` (config_cls.RunPlan); ``critic_worker``: PPO's critic group;
+    ``rollout_worker``: the async modes' rollout engines."""
+    pipeline = None  # the async modes' RolloutPipeline (trainer/modes/pipeline.py); None under sync
 
     def __init__(self, actor_worker=None, ref_worker=None, reward_list=None, logger: MetricsLogger = None,
                  train_iters: int = None, max_prompt_length: int = None, max_nonfinite_iterations: int = 3,
@@ -195,9 +197,10 @@ class StageTableTrainer:
         streak: List[tuple] = []  # (iteration, what) of the current run of non-finite iterations
         owed = False  # a save fell on a non-finite iteration: the next finite one saves
         skipped: Dict[str, float] = {}
-        if self.pipeline is not None and self.pipeline.state_ref is None:  # no pipeline state was loaded
-            self.pipeline.launched = self.pipeline.taken = int(self.data_position or 0)
-            self.pipeline.push(self.groups["actor"].policy_state_ref(), start_iteration)
+        pipeline = self.pipeline
+        if pipeline is not None and pipeline.state_ref is None:  # no pipeline state was loaded
+            pipeline.launched = pipeline.taken = int(self.data_position or 0)
+            pipeline.push(self.groups["actor"].policy_state_ref(), start_iteration)
         for iteration in bar:
             metrics = self.step(iteration, next(data_iters))
             self.history.append(metrics)
