@@ -175,6 +175,7 @@ class RolloutPipeline:
 
     def after_update(self, iteration: int) -> None:
         """Update ``iteration`` is done: its weights go to the engines when the schedule says so."""
+        self.sync_s = 0.0
         if iteration % self.spec.sync_step and iteration > self.spec.warmup:
             return
         start = time.perf_counter()

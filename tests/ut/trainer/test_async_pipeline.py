@@ -83,9 +83,9 @@ class Trainer:
                                                          "rl_config.trainer_mode=separate_async",
                                                          *overrides])).plan
         plan = self.run_plan
-        self.transfer_dock = DriverDock(plan.dock_prompts, plan.n_samples, addition_columns=["labels"],
+        self.transfer_dock = DriverDock(plan.dock_prompts, plan.n_samples, addition_columns=["labels", "source"],
                                         run_plan=plan)
-        self.dataset_additional_keys = ["labels"]
+        self.dataset_additional_keys = ["labels", "source"]
         self.train_iters, self.data_position = train_iters, 0
         self.groups = {"actor": Actor()}
         self.engines = Engines()
@@ -105,9 +105,10 @@ class Trainer:
     def run_stages(self, stages, iteration):
         assert ROLLOUT.name not in [s.name for s in stages]  # the engines made the rows
         td = self.transfer_dock
-        got = td.get_rows(["prompts", "responses", "labels"], list(range(td.round_rows())))
+        got = td.get_rows(["prompts", "responses", "labels", "source"], list(range(td.round_rows())))
         # the dataset's columns came along with the batch (the rewards read them)
         assert [int(label) for label in got["labels"]] == [int(p[0]) for p in got["prompts"]]
+        assert [int(x) for x in got["source"]] == [int(p[1]) for p in got["prompts"]]
         self.trained.append((iteration, td.round, [int(p[1]) for p in got["prompts"]],
                              sorted({int(t) for r in got["responses"] for t in r})))
         return {}, []
@@ -125,7 +126,7 @@ def batches(limit=100):
     for k in range(1, limit):  # prompt [L, k]: batch k's rows answer L tokens
         lengths = [(k + i) % 5 + 1 for i in range(8)]
         yield {"prompts": [torch.tensor([L, k], dtype=torch.int32) for L in lengths],
-               "labels": [torch.tensor([L]) for L in lengths]}
+               "labels": [torch.tensor([L]) for L in lengths], "source": [torch.tensor([k]) for _ in lengths]}
     raise AssertionError("the test's data ran out")
 
 
@@ -251,6 +252,7 @@ def test_the_engine_spans_and_the_trainer_idle_fraction_of_a_run():
     assert history[-1]["async/engine_idle_fraction"] == pytest.approx(1 - 24.0 / (2 * 24.0))
     assert all(0 <= m["async/trainer_idle_fraction"] <= 1 for m in history)
     assert all(0 <= m["async/sync_s"] < 60 for m in history)
+    assert history[0]["async/sync_s"] == 0.0  # no sync after update 1 (parameter_sync_step 2)
     # the rollout's balance record went to the trainer's dock with the batch
     assert [p["consumer"] for p in t.transfer_dock.round_summary()["balance"]] == ["actor_rollout"] * 3
 
@@ -268,6 +270,7 @@ class PlannedEngines(Engines):
     """Fixed shares (rl_config.guarantee_order): each DP rank gets its rows with the round's plan."""
 
     def start_stage(self, group, plan, batches, iteration):
+        assert len(plan) == len(batches) == 2 and sum(len(s) for shares in plan for s in shares) == 32
         self.log.append(("batch", iteration))
         return {"at": len(self.log) - 1, "plan": plan, "batches": batches, "iteration": iteration,
                 "outputs": group.outputs}
@@ -295,6 +298,8 @@ def test_fixed_shares_run_ahead_too():
     # the rollout's plan of fixed shares reached the trainer's dock with the batch; no queue figures
     assert all("dp_balance/actor_rollout/stage_s" not in m for m in history)
     assert t.engines.finished == [1, 2, 3, 4]
+    plans = t.transfer_dock.round_summary()["balance"]
+    assert len(plans) == 4 and all(p["consumer"] == "actor_rollout" for p in plans)
 
 
 def test_the_pipeline_file_saves_and_loads_through_the_object_store(tmp_path, monkeypatch):
@@ -314,6 +319,16 @@ def test_the_pipeline_file_saves_and_loads_through_the_object_store(tmp_path, mo
     assert [m.index for m in second.pipeline.ready] == [4] and second.pipeline.launched == 4
     assert torch.equal(second.pipeline.ready[0].columns["responses"][0], first.pipeline.ready[0].columns["responses"][0])
     assert pipeline.load_pipeline(second, str(tmp_path / "elsewhere")) is None  # a checkpoint without one
+    at_sync = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2", train_iters=6)
+    at_sync.fit(1, 2)
+    at_sync.iteration = 2
+    (tmp_path / "sync").mkdir()
+    pipeline.save_pipeline(at_sync, str(tmp_path / "sync"), 2)
+    assert torch.load(tmp_path / "sync" / pipeline.PIPELINE_FILE, weights_only=False)["weights"] is None
+    again = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2", train_iters=6)
+    again.iteration = 2
+    pipeline.load_pipeline(again, str(tmp_path / "sync"))
+    assert again.pipeline.version == 2 and again.engines.log == [("load", 2)]  # the trainer's own weights
 
 
 def test_with_dynamic_sampling_a_batch_and_its_train_round_take_two_round_numbers():
