@@ -47,6 +47,7 @@ class Made:
     queued: object = None  # a queued rollout: its round and its consumers' traces, for its balance figures,
     traces: list = None    # drawn on the trainer's dock when it takes the batch (its random draws as in sync)
     spans: List[List[float]] = field(default_factory=list)  # per engine: (start, end) wall-clock of its work
+    figures: Dict[str, float] = field(default_factory=dict)  # the queue figures, once taken
 
 
 class RolloutPipeline:
@@ -163,7 +164,6 @@ class RolloutPipeline:
         td.put_experience(made.columns, list(range(len(made.columns["prompts"]))))
         for record in made.plans:
             td.record_plan(record)
-        made.figures = {}
         if made.queued is not None:
             made.figures, record = rollout_figures(td, self.trainer.run_plan.stage(ROLLOUT.name), made.queued,
                                                    made.traces)

@@ -3,6 +3,7 @@ when weights go out, what the trainer takes, staleness and idle figures, and a c
 same schedule. The stand-in keeps the engines' call order as Ray keeps it (a load sent after a started batch
 reaches an engine after that batch), and each engine writes the version it holds into every token it makes."""
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -114,7 +115,8 @@ class Trainer:
         return {}, []
 
     def finish_step(self, iteration, metrics, results, start):
-        return dict(metrics, **{"timing/iteration": 2.0, "ranks": float(len(results))})
+        assert iteration == self.iteration  # took_batch's
+        return dict(metrics, **{"timing/iteration": 0.5, "ranks": float(len(results))})
 
     def fit(self, first, last):
         if self.pipeline.state_ref is None:
@@ -337,3 +339,46 @@ def test_with_dynamic_sampling_a_batch_and_its_train_round_take_two_round_number
     dapo = Trainer("rl_config.filter_groups_enable=true", "rl_config.filter_groups_metric=length_match",
                    "rl_config.filter_groups_train_batch_size=8")
     assert [dapo.pipeline.round_of(i) for i in (1, 2, 3)] == [1, 3, 5]
+
+
+class Waits:
+    """A pipeline whose takes wait known seconds."""
+
+    def __init__(self, waits):
+        self.waits, self.waited = list(waits), 0.0
+
+    def take(self, iteration):
+        self.waited = self.waits.pop(0)
+        return Made(len(self.waits), 0, {"prompts": [0]}, [{"rank": 0.0, "n": float(len(self.waits))}], [])
+
+    def metrics(self, taken, iteration):
+        return {"taken": float(len(taken))}
+
+
+def test_rounds_add_up_their_waits_and_results():
+    trainer = type("T", (), {"pipeline": Waits([0.5, 0.25])})()
+    rounds = async_modes.PipelineRounds(trainer, 3)
+    rounds.next_round()
+    rounds.record({"a": 1.0}, [{"rank": 1.0}])
+    rounds.next_round()
+    assert rounds.waited == 0.75 and rounds.seed_iteration == 0
+    assert rounds.results == [{"rank": 0.0, "n": 1.0}, {"rank": 1.0}, {"rank": 0.0, "n": 0.0}]
+    assert rounds.metrics() == {"a": 1.0, "taken": 2.0, "async/trainer_wait_s": 0.75}
+
+
+def test_the_step_counts_the_sync_in_the_iteration_and_the_wait_against_it():
+    t = Trainer("rl_config.parameter_sync_step=2", "rl_config.max_staleness=2", train_iters=4)
+    actor = t.groups["actor"]
+    slow = actor.policy_state_ref
+
+    def gather():
+        time.sleep(0.05)
+        return slow()
+    actor.policy_state_ref = gather
+    history = t.fit(1, 4)
+    assert t.iteration == 4 and [k for k, _, _, _ in t.trained] == [1, 2, 3, 4]
+    for k, m in enumerate(history, 1):
+        synced = k % 2 == 0
+        assert (m["async/sync_s"] >= 0.05) == synced
+        assert m["timing/iteration"] == pytest.approx(0.5 + m["async/sync_s"])
+        assert m["async/trainer_idle_fraction"] == pytest.approx(m["async/trainer_wait_s"] / m["timing/iteration"])
