@@ -39,21 +39,25 @@ def rollout_seed(base: int, iteration: int, first_row: int) -> int:
 
 class IntegratedWorker(EngineWorker):
     def initialize(self, model_path: str, eos_id: int, pad_id: int):
-        engine = self.run_plan.worker.engine
         common = self._engine_kwargs(pad_id)
         # actor: fp32 master weights, bf16 compute; reference: frozen bf16 weights, sharded like the actor
         self.actor = CausalLMEngine(model_path, **self._trainable_kwargs(), **common)
         self.ref = CausalLMEngine(model_path, trainable=False, dtype=self._half() or torch.float32,
                                   **common) if self.run_plan.uses_reference else None
         self.eos_id, self.pad_id = eos_id, pad_id
-        self.rollout = make_backend(self.run_plan.worker.rollout, self.actor, model_path, self.device, self.rank,
-                                    self.world_size, seed=self.run_plan.seed,
-                                    trust_remote_code=engine.trust_remote_code)
-        if self.run_plan.multi_turn is not None:  # conversations with tools, beside the engine
-            from mindspeed_rl.agent.build import build_agent
-            self.rollout.agent = build_agent(self.run_plan.multi_turn, self.run_plan.worker.sampling.max_tokens,
-                                             model_path)
+        self.rollout = self._rollout_backend(model_path)
         return self.rank
+
+    def _rollout_backend(self, model_path: str):
+        """The rollout backend over ``self.actor`` (multi-turn: with its agent loop, the tools beside the engine)."""
+        rollout = make_backend(self.run_plan.worker.rollout, self.actor, model_path, self.device, self.rank,
+                               self.world_size, seed=self.run_plan.seed,
+                               trust_remote_code=self.run_plan.worker.engine.trust_remote_code)
+        if self.run_plan.multi_turn is not None:
+            from mindspeed_rl.agent.build import build_agent
+            rollout.agent = build_agent(self.run_plan.multi_turn, self.run_plan.worker.sampling.max_tokens,
+                                        model_path)
+        return rollout
 
     # ------------------------------------------------------------ stages
     # Each takes this rank's rows, one column dict per share, and returns

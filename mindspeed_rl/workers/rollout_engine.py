@@ -1,30 +1,19 @@
 """A rollout engine of the async trainer modes (rl_config.trainer_mode: colocate_async, separate_async): one
 whole copy of the policy per rank, no optimizer and no reference; it serves rollout rounds from the queue as the
 integrated worker does, with the weights the trainer last pushed (``load_weights``), and says which version."""
-import torch
-
 from mindspeed_rl.models.causal_lm import CausalLMEngine
-from mindspeed_rl.models.rollout import make_backend
 from mindspeed_rl.workers.integrated_worker import IntegratedWorker
 
 
 class RolloutEngineWorker(IntegratedWorker):
     def initialize(self, model_path: str, eos_id: int, pad_id: int):
-        engine = self.run_plan.worker.engine
-        kwargs = self._engine_kwargs(pad_id)
-        kwargs.update(mesh=None, fsdp=False)  # a whole model per engine
-        # the trainer's master weights are fp32: the engine holds them as they come, and computes as the actor
-        self.actor = CausalLMEngine(model_path, trainable=False, dtype=torch.float32, autocast_dtype=self._half(),
-                                    **kwargs)
+        # the rollout group's plan is DDP (RunPlan.for_group): no mesh, a whole model; fp32 weights as the
+        # trainer's master weights come, computed as the actor computes
+        self.actor = CausalLMEngine(model_path, trainable=False, autocast_dtype=self._half(),
+                                    **self._engine_kwargs(pad_id))
         self.ref, self.version = None, 0
         self.eos_id, self.pad_id = eos_id, pad_id
-        self.rollout = make_backend(self.run_plan.worker.rollout, self.actor, model_path, self.device, self.rank,
-                                    self.world_size, seed=self.run_plan.seed,
-                                    trust_remote_code=engine.trust_remote_code)
-        if self.run_plan.multi_turn is not None:
-            from mindspeed_rl.agent.build import build_agent
-            self.rollout.agent = build_agent(self.run_plan.multi_turn, self.run_plan.worker.sampling.max_tokens,
-                                             model_path)
+        self.rollout = self._rollout_backend(model_path)
         return self.rank
 
     def load_weights(self, state, version: int) -> int:

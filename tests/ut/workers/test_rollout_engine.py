@@ -85,3 +85,15 @@ def test_the_trainer_gives_its_full_weights_from_rank_0_only(models):
     name = next(iter(state))
     state[name].add_(1.0)  # a copy: what the engines get cannot change the trainer's weights
     assert not torch.equal(state[name], own[name])
+
+
+def test_a_state_without_the_tied_head_loads_and_the_head_follows_the_embeddings(models):
+    plan = _plan().for_group("rollout")
+    engine = _worker(RolloutEngineWorker, plan, models[0])
+    other = _worker(RolloutEngineWorker, plan, models[1])
+    state = {k: v.clone() for k, v in other.actor.module.state_dict().items() if not k.endswith("lm_head.weight")}
+    assert len(state) < len(other.actor.module.state_dict())  # the tiny model ties its head to its embeddings
+    assert engine.load_weights(state, 1) == 1
+    module = engine.actor.module
+    assert torch.equal(module.get_output_embeddings().weight, module.get_input_embeddings().weight)
+    assert torch.equal(module.get_input_embeddings().weight, other.actor.module.get_input_embeddings().weight)
