@@ -269,7 +269,7 @@ def standin_section(args, iters, repeats, missed, print):  # noqa: A002  (main's
     if not args.quick:
         picture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "async_timeline.png")
         timeline(picture)
-        print(f"timeline: {picture}\n")
+        print("timeline: benchmarks/results/async_timeline.png\n")
     print("## Simulation of the same cost model\n")
     print("\n".join(simulation_table()) + "\n")
 
