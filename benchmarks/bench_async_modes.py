@@ -239,7 +239,8 @@ def main(argv=None) -> int:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
 
-    print(f"# bench_async_modes.py{' --quick' if args.quick else ''}{' --real' if args.real else ''}\n")
+    print(f"# bench_async_modes.py{' --quick' if args.quick else ''}"
+          f"{' --real-only' if args.real_only else ' --real' if args.real else ''}\n")
     iters, repeats = (6, 3) if args.quick else (12, 5)
     missed = []
     args.real = args.real or args.real_only
