@@ -41,6 +41,9 @@ def test_the_async_modes_plan_their_engines_schedule_and_correction():
     assert plan.correction.rollout_is == "token" and plan.worker.rollout.returns_log_probs
     off = _plan("rl_config.trainer_mode=separate_async", "rl_config.rollout_correction={rollout_is: null}")
     assert off.correction.rollout_is is None
+    edge = _plan("rl_config.trainer_mode=separate_async", "rl_config.parameter_sync_step=2",
+                 "rl_config.max_staleness=1", LOGPROBS).asynchronous  # the least staleness a sync every 2 allows
+    assert edge == AsyncSpec("separate_async", 2, 1, 0) and edge.ahead == 0
     one = _plan("rl_config.trainer_mode=colocate_async", LOGPROBS).asynchronous
     assert one == AsyncSpec("colocate_async", 1, 1, 0) and one.colocated and one.ahead == 1
     fsdp = _plan("rl_config.trainer_mode=separate_async", LOGPROBS, "megatron_training.use_distributed_optimizer=true")
@@ -75,6 +78,11 @@ def test_a_bad_mode_or_schedule_is_one_line_before_anything_starts(overrides, me
     with pytest.raises(PlanError) as err:
         _plan(*overrides)
     assert str(err.value) == message
+
+
+def test_a_schedule_key_that_is_no_whole_number_is_refused_by_its_type():
+    with pytest.raises(TypeError, match=r"^rl_config.max_staleness expects int, got True \(bool\)$"):
+        _plan("rl_config.trainer_mode=separate_async", "rl_config.max_staleness=true")
 
 
 def test_a_mode_that_is_no_string_is_refused_by_its_type():
