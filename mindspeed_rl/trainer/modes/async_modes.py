@@ -6,11 +6,10 @@ from the pipeline as it draws fresh batches in sync."""
 import time
 from typing import Dict
 
-from mindspeed_rl.config_cls.stages import ROLLOUT
 from mindspeed_rl.config_cls.trainer_mode import COLOCATE, SEPARATE
-from mindspeed_rl.trainer import dynamic_sampling
 from mindspeed_rl.trainer.modes.registry import register_mode
-from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics, sum_by_rank
+from mindspeed_rl.trainer.modes.sync import train_on
+from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics
 
 
 class PipelineRounds:
@@ -49,22 +48,12 @@ class PipelineRounds:
 
 
 def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
-    plan = trainer.run_plan
     start = time.perf_counter()
     trainer.took_batch(iteration)
     trainer.pipeline.feed(batch)
     rounds = PipelineRounds(trainer, iteration)
-    if plan.group_filter is not None:
-        made = dynamic_sampling.fill(trainer, rounds, iteration)
-        train = plan.phase_stages("train")
-    else:
-        rounds.next_round()
-        made = {}
-        train = [s for s in plan.stages.values() if s.name != ROLLOUT.name]
-    metrics, results = trainer.run_stages(train, iteration=iteration)
-    metrics.update(rounds.metrics())
-    metrics.update(made)
-    out = trainer.finish_step(iteration, metrics, sum_by_rank(rounds.results) + results, start)
+    metrics, results = train_on(trainer, rounds, iteration)
+    out = trainer.finish_step(iteration, metrics, results, start)
     trainer.pipeline.after_update(iteration)
     out["async/sync_s"] = trainer.pipeline.sync_s
     out["async/weight_version"] = float(trainer.pipeline.version)  # what the engines sample with next

@@ -28,7 +28,14 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
         td.start_round(trainer.checked(batch), trainer.dataset_additional_keys)
         metrics, results = trainer.run_stages(list(plan.stages.values()), iteration=iteration)
         return trainer.finish_step(iteration, metrics, results, start)
-    rounds = train_rounds(trainer, iteration, batch)
+    metrics, results = train_on(trainer, train_rounds(trainer, iteration, batch), iteration)
+    return trainer.finish_step(iteration, metrics, results, start)
+
+
+def train_on(trainer, rounds, iteration: int):
+    """The rows of ``rounds`` (a round, or dynamic sampling's kept groups of several) through the rest of the stage
+    table: (metrics, every rank's results, the rounds' included). Every mode's step ends here."""
+    plan = trainer.run_plan
     if plan.group_filter is not None:
         made = dynamic_sampling.fill(trainer, rounds, iteration)
         train = plan.phase_stages("train")
@@ -39,4 +46,4 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
     metrics, results = trainer.run_stages(train, iteration=iteration)
     metrics.update(rounds.metrics())
     metrics.update(made)
-    return trainer.finish_step(iteration, metrics, sum_by_rank(rounds.results) + results, start)
+    return metrics, sum_by_rank(rounds.results) + results
