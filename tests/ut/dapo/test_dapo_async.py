@@ -2,10 +2,9 @@
 real trainer step over rounds from the rollout pipeline. At max_staleness 0 the run is the sync run row for row;
 ahead of the trainer, the refills come from the engines' batches in data order and their staleness is counted."""
 import mindspeed_rl.trainer.dapo_trainer_hybrid as dapo
-import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.workers.parallel_state import ParallelState
-from tests.ut.dapo.test_dapo_sampling import DAPO, TINY, Group, Reward, _trained, batches, local  # noqa: F401
+from tests.ut.dapo.test_dapo_sampling import (DAPO, TINY, Group, Reward, _trained, batches,  # noqa: F401
+                                             local, workers_of)  # noqa: F401  (local: a fixture)
 
 
 class Engines(Group):
@@ -38,20 +37,10 @@ class Actor(Group):
         return "weights"
 
 
-def _workers(plan):
-    out = []
-    for rank in range(plan.layout.world_size):
-        w = iw.IntegratedWorker(rank=rank, world_size=plan.layout.world_size, run_plan=plan)
-        w.parallel_state = ParallelState.from_layout(rank, plan.layout)
-        w.initialize("/unused", eos_id=13, pad_id=14)
-        out.append(w)
-    return out
-
-
 def _run(iterations, *overrides):
     plan = build_configs(load_config(TINY, DAPO + list(overrides))).plan
-    workers = _workers(plan)
-    engines = Engines(_workers(plan)) if plan.asynchronous is not None else None
+    workers = workers_of(plan)
+    engines = Engines(workers_of(plan)) if plan.asynchronous is not None else None
     trainer = dapo.RayDAPOTrainer(actor_worker=Actor(workers), reward_list=[Reward()], run_plan=plan,
                                   dataset_additional_keys=["labels"], rollout_worker=engines, train_iters=iterations)
     trainer.load_state_dict({"iteration": 0, "data_position": 0})

@@ -119,17 +119,21 @@ def local(monkeypatch):
     monkeypatch.setattr(iw, "CausalLMEngine", Engine)
 
 
-def _trainer(*overrides, data_position=None):
-    cfgs = build_configs(load_config(TINY, DAPO + list(overrides)))
-    plan = cfgs.plan
+def workers_of(plan, cls=None):
+    """One in-process worker per rank of ``plan`` (no process group), started on the stand-in engine."""
     workers = []
     for rank in range(plan.layout.world_size):
-        w = iw.IntegratedWorker(rank=rank,
-                                world_size=plan.layout.world_size, run_plan=plan)
+        w = (cls or iw.IntegratedWorker)(rank=rank, world_size=plan.layout.world_size, run_plan=plan)
         w.parallel_state = ParallelState.from_layout(rank, plan.layout)
         w.initialize("/unused", eos_id=13, pad_id=14)
         workers.append(w)
+    return workers
 
+
+def _trainer(*overrides, data_position=None):
+    cfgs = build_configs(load_config(TINY, DAPO + list(overrides)))
+    plan = cfgs.plan
+    workers = workers_of(plan)
     trainer = dapo.RayDAPOTrainer(actor_worker=Group(workers), reward_list=[Reward()], run_plan=plan,
                       dataset_additional_keys=["labels"], init_kl_coef=cfgs.rl_config.init_kl_coef,
                       data_position=data_position)
