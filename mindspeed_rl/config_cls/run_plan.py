@@ -547,9 +547,11 @@ def _check_async(schedule: Optional[AsyncSpec], layout: Layout, partial) -> None
     if layout.tp > 1:
         raise PlanError(f"{key} runs one whole model per rollout engine: tensor parallelism "
                         f"(tensor_model_parallel_size={layout.tp}) is not implemented for its engines yet")
-    if partial is not None:
-        raise PlanError(f"{key} with partial rollout (partial_rollout_max_split > 1) is not implemented yet: set "
-                        f"one of them")
+    if partial is not None and partial.async_engine:
+        raise PlanError(f"{key} with rl_config.async_engine=true is not implemented: a pass stops on the groups the "
+                        f"pool completes, which the passes in flight beside it change; leave async_engine false (the "
+                        f"pool's passes already cut rows at pass_tokens and continue them with newer weights)")
+
 
 
 def _check_estimator(actor_config, rl_config):

@@ -11,7 +11,9 @@
 
 Keys of the async modes (rl_config): ``parameter_sync_step`` (1), ``max_staleness`` (1: a row is trained at most
 this many weight versions after the weights that sampled it), ``num_warmup_batches`` (0: iterations run in step
-before the engines run ahead). The step functions are in trainer/modes; this module checks the keys."""
+before the engines run ahead), ``drop_stale_rows`` (false: a group with a token older than max_staleness versions,
+which partial rollout's carried rows can hold, is trained with the rollout correction; true: it is dropped). Both
+are counted. The step functions are in trainer/modes; this module checks the keys."""
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -21,7 +23,8 @@ SYNC = "sync"
 COLOCATE = "colocate_async"
 SEPARATE = "separate_async"
 KNOWN: Tuple[str, ...] = (SYNC, COLOCATE, SEPARATE)
-ASYNC_KEYS = ("parameter_sync_step", "max_staleness", "num_warmup_batches")
+ASYNC_KEYS = ("parameter_sync_step", "max_staleness", "num_warmup_batches", "drop_stale_rows")
+DEFAULTS = (1, 1, 0, False)
 
 
 @dataclass(frozen=True)
@@ -29,11 +32,13 @@ class AsyncSpec:
     """The async modes' schedule: weights reach the engines after every ``sync_step``-th update; the engines run
     ``ahead`` batches beyond the one the trainer takes next (0 during the first ``warmup`` iterations), so a row is
     at most ``ahead + sync_step - 1`` = ``max_staleness`` versions old when trained (dynamic sampling's refills
-    can draw further ahead; those rows are counted)."""
+    can draw further ahead, and partial rollout carries tokens across versions; those rows are counted, and
+    dropped with ``drop_stale``)."""
     mode: str
     sync_step: int = 1
     max_staleness: int = 1
     warmup: int = 0
+    drop_stale: bool = False
 
     @property
     def ahead(self) -> int:
@@ -61,18 +66,20 @@ def trainer_mode(rl_config) -> str:
 def async_spec(rl_config) -> Optional[AsyncSpec]:
     """The checked schedule of an async mode (None under sync, where the async keys must keep their defaults)."""
     mode = trainer_mode(rl_config)
-    given = (rl_config.parameter_sync_step, rl_config.max_staleness, rl_config.num_warmup_batches)
+    given = tuple(getattr(rl_config, key) for key in ASYNC_KEYS)
     if mode == SYNC:
-        moved = [(k, v) for k, v, d in zip(ASYNC_KEYS, given, (1, 1, 0)) if v != d]
+        moved = [(k, v) for k, v, d in zip(ASYNC_KEYS, given, DEFAULTS) if v != d]
         if moved:
             raise ValueError(f"rl_config.{moved[0][0]}={moved[0][1]!r} applies to the async trainer modes; with "
                              f"trainer_mode=sync leave it out (or set trainer_mode)")
         return None
     step, staleness, warmup = (_whole(v, k, least) for v, k, least in zip(given, ASYNC_KEYS, (1, 0, 0)))
+    if not isinstance(given[3], bool):
+        raise ValueError(f"rl_config.drop_stale_rows={given[3]!r} must be true or false")
     if mode == COLOCATE and (step, staleness) != (1, 1):
         raise ValueError(f"rl_config.trainer_mode=colocate_async is one step off: parameter_sync_step=1 and "
                          f"max_staleness=1 (got {step} and {staleness}); for other schedules use separate_async")
     if staleness < step - 1:
         raise ValueError(f"rl_config.max_staleness={staleness} is below parameter_sync_step - 1 = {step - 1}: "
                          f"rows sampled just before a sync are trained {step - 1} versions later")
-    return AsyncSpec(mode, step, staleness, warmup)
+    return AsyncSpec(mode, step, staleness, warmup, given[3])

@@ -171,8 +171,8 @@ class StageTableTrainer:
             if rollout_worker is None:
                 raise ValueError(f"rl_config.trainer_mode={self.run_plan.trainer_mode} needs the rollout engine "
                                  f"group (rollout_worker)")
-            from mindspeed_rl.trainer.modes.pipeline import RolloutPipeline
-            self.pipeline = RolloutPipeline(self, rollout_worker, self.run_plan.asynchronous)
+            from mindspeed_rl.trainer.modes.pool_pipeline import make_pipeline
+            self.pipeline = make_pipeline(self, rollout_worker, self.run_plan.asynchronous)
         # the algorithm each checkpoint records (config_cls.algorithm_line.algorithm_record)
         self.algorithm = algorithm if algorithm is not None else algorithm_record(self.run_plan, None)
 
@@ -325,8 +325,8 @@ class StageTableTrainer:
             from mindspeed_rl.trainer.modes.pipeline import load_pipeline
             buffered = load_pipeline(self, folder)
             if buffered is not None:
-                print(f"{self.run_plan.trainer_mode}: continuing {buffered} batch(es) made ahead in {folder}",
-                      flush=True)
+                made = "partial rollout pass(es) in flight" if self.carry_pool is not None else "batch(es) made ahead"
+                print(f"{self.run_plan.trainer_mode}: continuing {buffered} {made} in {folder}", flush=True)
         if self.carry_pool is not None:
             rows = partial_rollout.load_pool(self, folder)
             if rows:

@@ -48,6 +48,7 @@ class Made:
     traces: list = None    # drawn on the trainer's dock when it takes the batch (its random draws as in sync)
     spans: List[List[float]] = field(default_factory=list)  # per engine: (start, end) wall-clock of its work
     figures: Dict[str, float] = field(default_factory=dict)  # the queue figures, once taken
+    ages: Dict[str, float] = field(default_factory=dict)     # partial rollout: its tokens' staleness figures
 
 
 class RolloutPipeline:
@@ -203,9 +204,9 @@ class RolloutPipeline:
                 "pending": list(self.pending),
                 "weights": load_state(self.state_ref) if older and self.state_ref is not None else None}
 
-    def load(self, state: dict, iteration: int, put_state) -> None:
+    def load(self, state: dict, iteration: int, put_state) -> int:
         """Continue from a checkpoint's ``state`` after ``iteration``: the engines get the weights they held
-        (``put_state``: into the object store)."""
+        (``put_state``: into the object store). Returns how many batches were made ahead."""
         self.launched, self.taken = int(state["launched"]), int(state["taken"])
         self.ready = deque(Made(**m) for m in state["ready"])
         self.pending = deque(state["pending"])
@@ -213,6 +214,7 @@ class RolloutPipeline:
             self.push(put_state(state["weights"]), int(state["version"]))
         else:
             self.push(self.trainer.groups["actor"].policy_state_ref(), iteration)
+        return len(self.ready)
 
     # ------------------------------------------------------------ metrics
 
@@ -250,5 +252,4 @@ def load_pipeline(trainer, folder: str) -> Optional[int]:
     if not os.path.exists(path):
         return None
     state = torch.load(path, weights_only=False)
-    trainer.pipeline.load(state, trainer.iteration, ray.put)
-    return len(state["ready"])
+    return trainer.pipeline.load(state, trainer.iteration, ray.put)

@@ -140,6 +140,32 @@ class CarryPool:
             ended = self.eos_id is not None and new.numel() > 0 and int(new[-1]) == int(self.eos_id)
             r["done"] = ended or new.numel() < budget or r["tokens"].numel() >= self.max_tokens
 
+    def keys(self) -> List[tuple]:
+        """A name for every row that outlives takes and extends: (its group, its place in the group)."""
+        seen: Dict[int, int] = {}
+        out = []
+        for r in self.rows:
+            place = seen.get(r["group"], 0)
+            seen[r["group"]] = place + 1
+            out.append((r["group"], place))
+        return out
+
+    def oldest(self, groups: Sequence[int], iteration: int) -> Dict[int, int]:
+        """Per group of ``groups``: the age (``iteration`` - sampling iteration) of its oldest token (0 if none)."""
+        wanted, out = set(groups), {}
+        for r in self.rows:
+            if r["group"] in wanted:
+                age = iteration - int(r["born"].min()) if r["born"].numel() else 0
+                out[r["group"]] = max(out.get(r["group"], 0), age)
+        return out
+
+    def drop(self, groups: Sequence[int]) -> int:
+        """Remove the rows of ``groups``; returns how many."""
+        gone = set(groups)
+        before = len(self.rows)
+        self.rows = [r for r in self.rows if r["group"] not in gone]
+        return before - len(self.rows)
+
     # ------------------------------------------------------------ training
 
     def take(self, count: int, iteration: int):

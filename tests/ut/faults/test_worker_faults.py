@@ -83,3 +83,48 @@ def test_an_engine_that_dies_mid_stream_is_named_and_ends_the_group(local_ray):
     assert str(info.value).startswith("worker rank 1 failed in 'actor_rollout': ")
     assert "\n" not in str(info.value)
     assert group.actors == [] and group.placement_group is None
+
+
+def test_a_trainer_rank_that_dies_between_syncs_is_named_and_the_engines_batch_survives(local_ray):
+    """separate_async: a trainer rank killed during its update while the engines sample the next batch ends the
+    update in one line naming the rank and the stage; the engines' group is untouched and its batch is collected
+    (a checkpoint taken then keeps it: trainer/modes/pipeline.py)."""
+    import time
+
+    from mindspeed_rl.config_cls.run_plan import StagePlan
+    from mindspeed_rl.config_cls.stages import TRAIN
+    from mindspeed_rl.data.driver_dock import QueueRound
+    from mindspeed_rl.trainer.stage_runner import StageGroup
+
+    class Trainer(BaseWorker):
+        def run_stage(self, group, plan, batch, **context):
+            time.sleep(60 if self.rank == 1 else 0)  # rank 1 is mid-update when it is killed
+            return {"rank": self.rank}, None
+
+    class Engine(BaseWorker):
+        def run_queued_stage(self, group, order, batch, queue, key, **context):
+            time.sleep(2.0)
+            return {"rank": self.rank, "engine": 1.0}, None, None
+
+    rollout = StagePlan("actor_rollout", 4, 2, False, stage=TRAIN, queued=True)
+    update = StagePlan("actor_train", 4, 2, False, stage=TRAIN)
+    base = _plan(world=2)
+    plan = RunPlan(base.layout, prompts_per_round=1, n_samples=1, mini_batch_rows=1, epochs=1, train_iters=1,
+                   timeouts=base.timeouts, stages={"actor_rollout": rollout, "actor_train": update})
+    trainer = launcher.RayActorGroup(Trainer, plan, num_cpus_per_worker=0.25)
+    engines = launcher.RayActorGroup(Engine, plan, num_cpus_per_worker=0.25)
+    try:
+        pending = engines.start_queued_stage(StageGroup.of(rollout), QueueRound([0, 1, 2, 3], {}, [0, 0, 1, 1],
+                                                                                [float("nan")] * 4), iteration=2)
+        started = trainer.start_stage(StageGroup.of(update), [[[0]], [[1]]], [{}, {}], iteration=1)
+        time.sleep(1.0)
+        os.kill(trainer.pids[1][0], signal.SIGKILL)
+        with pytest.raises(RuntimeError) as info:
+            trainer.finish_stage(started)
+        assert str(info.value).startswith("worker rank 1 failed in 'actor_train': ")
+        assert "\n" not in str(info.value)
+        assert trainer.actors == []
+        metrics, _ = engines.finish_stage(pending)  # the engines' batch in flight is whole
+        assert sorted(m["rank"] for m in metrics) == [0, 1] and all(m["engine"] == 1.0 for m in metrics)
+    finally:
+        engines.shutdown()

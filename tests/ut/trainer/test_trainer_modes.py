@@ -33,6 +33,9 @@ def test_the_async_modes_plan_their_engines_schedule_and_correction():
     plan = _plan("rl_config.trainer_mode=separate_async", "rl_config.parameter_sync_step=2",
                  "rl_config.max_staleness=3", "rl_config.num_warmup_batches=1", LOGPROBS)
     assert plan.asynchronous == AsyncSpec("separate_async", 2, 3, 1) and plan.asynchronous.ahead == 2
+    assert not plan.asynchronous.drop_stale
+    dropping = _plan("rl_config.trainer_mode=separate_async", "rl_config.drop_stale_rows=true", LOGPROBS)
+    assert dropping.asynchronous == AsyncSpec("separate_async", 1, 1, 0, True)
     assert not plan.asynchronous.colocated
     assert plan.roles == ("actor", "rollout")
     engines = plan.for_group("rollout")
@@ -70,9 +73,13 @@ def test_the_async_modes_plan_their_engines_schedule_and_correction():
     (["rl_config.trainer_mode=separate_async", LOGPROBS, "actor_config.tensor_model_parallel_size=2"],
      "rl_config.trainer_mode=separate_async runs one whole model per rollout engine: tensor parallelism "
      "(tensor_model_parallel_size=2) is not implemented for its engines yet"),
-    (["rl_config.trainer_mode=colocate_async", LOGPROBS, "rl_config.partial_rollout_max_split=2"],
-     "rl_config.trainer_mode=colocate_async with partial rollout (partial_rollout_max_split > 1) is not implemented "
-     "yet: set one of them"),
+    (["rl_config.trainer_mode=colocate_async", LOGPROBS, "rl_config.partial_rollout_max_split=2",
+      "rl_config.async_engine=true"],
+     "rl_config.trainer_mode=colocate_async with rl_config.async_engine=true is not implemented: a pass stops on the "
+     "groups the pool completes, which the passes in flight beside it change; leave async_engine false (the pool's "
+     "passes already cut rows at pass_tokens and continue them with newer weights)"),
+    (["rl_config.drop_stale_rows=true"], "rl_config.drop_stale_rows=True applies to the async trainer modes; with "
+                                         "trainer_mode=sync leave it out (or set trainer_mode)"),
 ])
 def test_a_bad_mode_or_schedule_is_one_line_before_anything_starts(overrides, message):
     with pytest.raises(PlanError) as err:
@@ -83,6 +90,11 @@ def test_a_bad_mode_or_schedule_is_one_line_before_anything_starts(overrides, me
 def test_a_schedule_key_that_is_no_whole_number_is_refused_by_its_type():
     with pytest.raises(TypeError, match=r"^rl_config.max_staleness expects int, got True \(bool\)$"):
         _plan("rl_config.trainer_mode=separate_async", "rl_config.max_staleness=true")
+
+
+def test_drop_stale_rows_that_is_no_bool_is_refused_by_its_type():
+    with pytest.raises(TypeError, match=r"^rl_config.drop_stale_rows expects bool, got 1 \(int\)$"):
+        _plan("rl_config.trainer_mode=separate_async", "rl_config.drop_stale_rows=1")
 
 
 def test_a_mode_that_is_no_string_is_refused_by_its_type():
