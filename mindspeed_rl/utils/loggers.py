@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 
 METRICS_FILE = "metrics.jsonl"
 BALANCE_FILE = "balance.jsonl"
+TIMELINE_FILE = "timeline.jsonl"  # the async modes: when each engine and the trainer were busy (wall clock)
 RESUME_EVENT = "resume"
 
 
@@ -99,6 +100,7 @@ class MetricsLogger:
         self.jsonl = None
         self.wandb_settings, self.wandb = wandb, None
         self.balance = None
+        self.timeline = None
         self.tensorboard = None
         self.output_dir, self.use_tensorboard = output_dir, use_tensorboard
         self.resume_from, self.checkpoint = resume_from, checkpoint
@@ -163,7 +165,18 @@ class MetricsLogger:
         if self.balance and plans:
             self.balance.write([{"iteration": iteration, **plan} for plan in plans])
 
+    def log_timeline(self, iteration: int, spans: List[dict]):
+        """The spans of an async iteration (``timeline.jsonl``, opened with the first; reports/async_timeline.py)."""
+        self.start()
+        if not self.output_dir or not spans:
+            return
+        if self.timeline is None:
+            self.timeline = self._open(os.path.join(self.output_dir, TIMELINE_FILE))
+        self.timeline.write([{"iteration": iteration, **span} for span in spans])
+
     def close(self):
+        if self.timeline:
+            self.timeline.close()
         if self.balance:
             self.balance.close()
         if self.jsonl:

@@ -54,7 +54,10 @@ def step(trainer, iteration: int, batch: dict) -> Dict[str, float]:
     rounds = PipelineRounds(trainer, iteration)
     metrics, results = train_on(trainer, rounds, iteration)
     out = trainer.finish_step(iteration, metrics, results, start)
+    trainer.pipeline.trainer_span(trainer.pipeline.taken_at, f"train {iteration}")
     trainer.pipeline.after_update(iteration)
+    trainer.logger.log_timeline(iteration, trainer.pipeline.timeline)
+    trainer.pipeline.timeline = []
     out["async/sync_s"] = trainer.pipeline.sync_s
     out["async/weight_version"] = float(trainer.pipeline.version)  # what the engines sample with next
     out["timing/iteration"] += trainer.pipeline.sync_s  # the trainer waits for the gather of its weights

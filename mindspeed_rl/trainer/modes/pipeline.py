@@ -46,7 +46,7 @@ class Made:
     plans: List[dict]     # fixed shares: the rollout's plan
     queued: object = None  # a queued rollout: its round and its consumers' traces, for its balance figures,
     traces: list = None    # drawn on the trainer's dock when it takes the batch (its random draws as in sync)
-    spans: List[List[float]] = field(default_factory=list)  # per engine: (start, end) wall-clock of its work
+    spans: List[List[float]] = field(default_factory=list)  # per engine: [start, end, engine] wall clock of its work
     figures: Dict[str, float] = field(default_factory=dict)  # the queue figures, once taken
     ages: Dict[str, float] = field(default_factory=dict)     # partial rollout: its tokens' staleness figures
 
@@ -69,6 +69,8 @@ class RolloutPipeline:
         self.depth = 0
         self.busy = 0.0                  # engines' busy seconds of every batch collected
         self.window = [np.inf, -np.inf]  # first start and last end of those batches (wall clock)
+        self.timeline: List[dict] = []   # spans since the last iteration's record (timeline.jsonl)
+        self.taken_at = 0.0              # wall clock of the last take's end: the trainer's update starts
 
     # ------------------------------------------------------------ data
 
@@ -135,7 +137,7 @@ class RolloutPipeline:
         if launched.queued is not None:
             traces = [trace for _, trace in made]
             dock.put_queued(group, launched.queued.order, [(trace["rows"], out) for out, trace in made])
-            spans = [list(t["span"]) for t in traces if "span" in t]
+            spans = engine_spans(traces)
         else:
             dock.put_stage(group, *made)
         rows = list(range(dock.round_rows()))
@@ -150,7 +152,7 @@ class RolloutPipeline:
         its rows go on the trainer's dock as round ``index``. Returns it; ``waited``: seconds the trainer
         waited for it."""
         self.fill(iteration)
-        start = time.perf_counter()
+        start, began = time.perf_counter(), time.time()
         if not self.ready:
             self.ready.append(self._collect(self.flight.popleft()))
         self.waited = time.perf_counter() - start
@@ -169,19 +171,31 @@ class RolloutPipeline:
             made.figures, record = rollout_figures(td, self.trainer.run_plan.stage(ROLLOUT.name), made.queued,
                                                    made.traces)
             td.record_plan(record)
-        for start, end in made.spans:
+        self.engine_work(made.spans, f"batch {made.index}")
+        self.trainer_span(began, "wait")
+        return made
+
+    def engine_work(self, spans: List[List[float]], what: str) -> None:
+        """An engine's work collected: its busy seconds, the window, the timeline."""
+        for start, end, engine in spans:
             self.busy += end - start
             self.window = [min(self.window[0], start), max(self.window[1], end)]
-        return made
+            self.timeline.append({"lane": f"engine {int(engine)}", "start": start, "end": end, "what": what})
+
+    def trainer_span(self, began: float, what: str) -> None:
+        """The trainer's span from ``began`` to now (wall clock) on the timeline."""
+        self.taken_at = time.time()
+        self.timeline.append({"lane": "trainer", "start": began, "end": self.taken_at, "what": what})
 
     def after_update(self, iteration: int) -> None:
         """Update ``iteration`` is done: its weights go to the engines when the schedule says so."""
         self.sync_s = 0.0
         if iteration % self.spec.sync_step and iteration > self.spec.warmup:
             return
-        start = time.perf_counter()
+        start, began = time.perf_counter(), time.time()
         self.push(self.trainer.groups["actor"].policy_state_ref(), iteration)
         self.sync_s = time.perf_counter() - start
+        self.trainer_span(began, f"sync v{iteration}")
 
     def push(self, state_ref, version: int) -> None:
         self.state_ref, self.version = state_ref, int(version)
@@ -253,3 +267,8 @@ def load_pipeline(trainer, folder: str) -> Optional[int]:
         return None
     state = torch.load(path, weights_only=False)
     return trainer.pipeline.load(state, trainer.iteration, ray.put)
+
+
+def engine_spans(traces) -> List[List[float]]:
+    """[start, end, engine] of each engine's part of a stage (its traces come in rank order)."""
+    return [[float(t["span"][0]), float(t["span"][1]), k] for k, t in enumerate(traces) if "span" in t]

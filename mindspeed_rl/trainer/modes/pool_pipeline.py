@@ -19,7 +19,7 @@ from typing import Dict, List, Optional
 
 from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS
 from mindspeed_rl.data.driver_dock import DriverDock
-from mindspeed_rl.trainer.modes.pipeline import Made, RolloutPipeline
+from mindspeed_rl.trainer.modes.pipeline import Made, RolloutPipeline, engine_spans
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics
 from mindspeed_rl.trainer.utils.carried_turns import PASS_COLUMNS
@@ -117,7 +117,7 @@ class PoolPipeline(RolloutPipeline):
         outputs = list(stage.outputs) + (list(PASS_COLUMNS) if self.pool.turns else [])
         got = p.dock.get_rows(list(dict.fromkeys(outputs)), served)
         p.made = {"columns": {c: list(got[c]) for c in dict.fromkeys(outputs)}, "results": metrics,
-                  "figures": figures, "record": record, "spans": [list(t["span"]) for t in traces if "span" in t]}
+                  "figures": figures, "record": record, "spans": engine_spans(traces)}
         p.dock = p.queued = p.pending = None
         return p.made
 
@@ -131,9 +131,7 @@ class PoolPipeline(RolloutPipeline):
                          {c: cols[c] for c in PASS_COLUMNS} if self.pool.turns else None)
         self.flight.popleft()
         self.collected.append(made)
-        for start, end in made["spans"]:
-            self.busy += end - start
-            self.window = [min(self.window[0], start), max(self.window[1], end)]
+        self.engine_work(made["spans"], f"pass {p.index}")
 
     def _drop_stale(self, iteration: int) -> int:
         """Complete groups holding a token older than max_staleness versions, dropped; returns their rows."""
@@ -146,7 +144,7 @@ class PoolPipeline(RolloutPipeline):
         complete) onto the trainer's dock as one round."""
         pool, spec, td = self.pool, self.trainer.run_plan.partial, self.trainer.transfer_dock
         self._top_up()
-        start = time.perf_counter()
+        start, began = time.perf_counter(), time.time()
         dropped = 0
         while True:
             if self.spec.drop_stale:
@@ -161,6 +159,7 @@ class PoolPipeline(RolloutPipeline):
                                    f"the prompt batches were smaller than global_batch_size")
             self._collect()
         self.waited = time.perf_counter() - start
+        self.trainer_span(began, "wait")
         chosen = pool.complete_groups()[:spec.train_prompts]
         ages = pool.oldest(chosen, iteration)
         n = self.trainer.run_plan.n_samples

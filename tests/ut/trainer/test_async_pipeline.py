@@ -66,6 +66,16 @@ class Engines:
         return [{"rank": 0.0, "timing/actor_rollout": 1.0}, {"rank": 1.0, "timing/actor_rollout": 1.0}], made
 
 
+class Timeline:
+    """The logger's timeline records: (iteration, spans) per iteration."""
+
+    def __init__(self):
+        self.records = []
+
+    def log_timeline(self, iteration, spans):
+        self.records.append((iteration, list(spans)))
+
+
 class Actor:
     def __init__(self):
         self.states = 0
@@ -89,6 +99,7 @@ class Trainer:
         self.dataset_additional_keys = ["labels", "source"]
         self.train_iters, self.data_position = train_iters, 0
         self.groups = {"actor": Actor()}
+        self.logger = Timeline()
         self.engines = Engines()
         self.pipeline = RolloutPipeline(self, self.engines, plan.asynchronous)
         self.data_iter = data if data is not None else batches()
@@ -258,6 +269,20 @@ def test_the_engine_spans_and_the_trainer_idle_fraction_of_a_run():
     assert history[0]["async/sync_s"] == 0.0 == history[2]["async/sync_s"] < history[1]["async/sync_s"]
     # the rollout's balance record went to the trainer's dock with the batch
     assert [p["consumer"] for p in t.transfer_dock.round_summary()["balance"]] == ["actor_rollout"] * 3
+    # the timeline of each iteration: each engine's batches collected in it, the trainer's wait, its stages and,
+    # after update 2, the weights' gather
+    records = t.logger.records
+    assert [k for k, _ in records] == [1, 2, 3]
+    engines = [[(s["lane"], s["start"], s["end"], s["what"]) for s in spans if s["lane"] != "trainer"]
+               for _, spans in records]
+    assert engines[0] == [("engine 0", 10.0, 14.0, "batch 1"), ("engine 1", 10.0, 14.0, "batch 1")]
+    assert [w for spans in engines for _, _, _, w in spans] == ["batch 1"] * 2 + ["batch 2"] * 2 + ["batch 3"] * 2
+    trainer = [[s["what"] for s in spans if s["lane"] == "trainer"] for _, spans in records]
+    assert trainer == [["wait", "train 1"], ["wait", "train 2", "sync v2"], ["wait", "train 3"]]
+    for _, spans in records:
+        mine = [s for s in spans if s["lane"] == "trainer"]
+        assert all(a["end"] <= b["start"] for a, b in zip(mine, mine[1:]))  # one after the other
+        assert all(s["start"] <= s["end"] for s in mine)
 
 
 def test_the_console_line_says_staleness_weights_and_wait():

@@ -86,6 +86,16 @@ class Engines:
         return [{"rank": 0.0, "timing/actor_rollout": 1.0}, {"rank": 1.0, "timing/actor_rollout": 1.0}], made
 
 
+class Timeline:
+    """The logger's timeline records: (iteration, spans) per iteration."""
+
+    def __init__(self):
+        self.records = []
+
+    def log_timeline(self, iteration, spans):
+        self.records.append((iteration, list(spans)))
+
+
 class Actor:
     def __init__(self):
         self.states = 0
@@ -107,6 +117,7 @@ class Trainer:
         self.carry_pool = partial_rollout.make_pool(plan, EOS, ["labels"])
         self.rollout_passes, self.data_position, self.train_iters = 0, None, train_iters
         self.groups = {"actor": Actor()}
+        self.logger = Timeline()
         self.engines = Engines()
         self.pipeline = make_pipeline(self, self.engines, plan.asynchronous) if plan.asynchronous else None
         self.data_iter = data if data is not None else batches()
@@ -198,6 +209,10 @@ def test_passes_run_ahead_and_every_token_records_its_weights():
     # the weights go out after every update
     assert [v for kind, v in t.engines.log if kind == "load"] == list(range(0, 9))
     assert all(m["dp_balance/actor_rollout/stage_s"] == 1.0 for m in history)
+    # the timeline names each pass collected in an iteration, on both engines
+    passes = [sorted({s["what"] for s in spans if s["lane"] != "trainer"}) for _, spans in t.logger.records]
+    assert [len(p) for p in passes] == [m["partial_rollout/passes"] for m in history]
+    assert sum(passes, []) == [f"pass {k}" for k in range(1, len(sum(passes, [])) + 1)]
 
 
 def test_drop_stale_rows_drops_the_groups_past_the_bound_and_counts_them():
