@@ -2,6 +2,7 @@
 engines): separate_async with max_staleness 0 is the sync run number for number; one step off trains each batch
 on rows of the weights before; a resume in the middle of a stream continues it exactly, the engines' older weights
 and the batch made ahead included. (DAPO's refills from the engines: tests/ut/dapo/test_dapo_async.py.)"""
+import json
 import os
 import sys
 
@@ -66,3 +67,24 @@ def test_a_resume_in_the_middle_of_a_stream_continues_it_exactly(tiny_model, tmp
     assert _numbers(resumed) == _numbers(whole[3:])
     assert [m["async/staleness_max"] for m in resumed] == [1, 2]
 
+
+
+def test_partial_rollout_passes_on_the_engines_resume_in_the_middle_of_a_stream(tiny_model, tmp_path):
+    # the engines run the carry pool's passes beside training; after iteration 3 a pass sampled by the engines'
+    # version 2 is in flight: the checkpoint keeps its rows apart from the pool, and the resume collects them
+    # where the uninterrupted run did
+    schedule = BASE + ["megatron_training.train_iters=5", "rl_config.trainer_mode=separate_async",
+                       "rl_config.partial_rollout_max_split=3", "rl_config.parameter_sync_step=2",
+                       "rl_config.max_staleness=2", "megatron_training.save_interval=3"]
+    save = str(tmp_path / "ckpt")
+    whole = run(CONFIG, schedule + [f"megatron_training.save={save}"], str(tmp_path / "whole"), tiny_model)
+    assert [m["async/batches_ahead"] for m in whole[:4]] == [0, 1, 1, 1]  # passes beside training
+    assert max(m["async/staleness_max"] for m in whole) == 2 and all(IS_KEY in m for m in whole)
+    assert sum(m["partial_rollout/continued_rows"] for m in whole) > 0  # rows cut and continued
+    assert os.path.exists(os.path.join(save, "iter_0000003", "carry_pool.pt"))
+    resumed = run(CONFIG, schedule + [f"megatron_training.load={save}/iter_0000003",
+                                      f"megatron_training.save={tmp_path}/ckpt_b"], str(tmp_path / "b"), tiny_model)
+    assert _numbers(resumed) == _numbers(whole[3:])
+    timeline = [json.loads(x) for x in open(tmp_path / "whole" / "timeline.jsonl")]
+    assert {s["lane"] for s in timeline} == {"trainer", "engine 0", "engine 1"}
+    assert any(s["what"].startswith("pass ") for s in timeline)
