@@ -180,8 +180,9 @@ def simulation_table():
     return lines
 
 
-def real_runs(iters, out_root):
-    """The tiny model through the CLI, each mode in its own process, every rank on a core of its own."""
+def real_runs(iters, out_root, common=()):
+    """The tiny model through the CLI, each mode in its own process, every rank on a core of its own (``common``:
+    overrides every mode gets, e.g. partial rollout's)."""
     rows = {}
     cores = len(os.sched_getaffinity(0))
     modes = {"sync": [f"rl_config.actor_resource.num_npus={cores}"],
@@ -197,7 +198,7 @@ def real_runs(iters, out_root):
     env = dict(os.environ, MSRL_PIN_CORES="1")
     for mode, extra in modes.items():
         overrides = [f"megatron_training.train_iters={iters}", "rl_config.seed=7", "megatron_training.global_batch_size=16",
-                     "rl_config.n_samples_per_prompt=8", "rl_config.mini_batch_size=8", *extra]
+                     "rl_config.n_samples_per_prompt=8", "rl_config.mini_batch_size=8", *common, *extra]
         out = subprocess.run([sys.executable, "-c", script % (root, config), json.dumps(overrides),
                               os.path.join(out_root, mode), os.path.join(out_root, "model")],
                              capture_output=True, text=True, env=env, timeout=3600)
@@ -226,11 +227,14 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--real", action="store_true", help="also the tiny model through the CLI (minutes)")
     parser.add_argument("--real-only", action="store_true", help="only the tiny model through the CLI")
+    parser.add_argument("--partial", action="store_true", help="the real runs with partial rollout (implies --real-only)")
     parser.add_argument("--out", help="where the tables go too (default: results/bench_async_modes.md, "
                                       "or bench_async_modes_real.md with --real-only)")
     args = parser.parse_args(argv)
+    args.real_only = args.real_only or args.partial
     args.out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench_async_modes"
-                                        + ("_real" if args.real_only else "") + ".md")
+                                        + ("_real" if args.real_only else "") + ("_partial" if args.partial else "")
+                                        + ".md")
     report = []
 
     def print(*parts):  # noqa: A001  (every table line also goes to --out)
@@ -240,7 +244,7 @@ def main(argv=None) -> int:
         sys.stdout.flush()
 
     print(f"# bench_async_modes.py{' --quick' if args.quick else ''}"
-          f"{' --real-only' if args.real_only else ' --real' if args.real else ''}\n")
+          f"{' --partial' if args.partial else ' --real-only' if args.real_only else ' --real' if args.real else ''}\n")
     iters, repeats = (6, 3) if args.quick else (12, 5)
     missed = []
     args.real = args.real or args.real_only
@@ -276,16 +280,25 @@ def standin_section(args, iters, repeats, missed, print):  # noqa: A002  (main's
 
 
 def real_section(args, missed, print):  # noqa: A002
-    with tempfile.TemporaryDirectory() as tmp:
-        history = real_runs(8 if args.quick else 40, tmp)
+    settings = [("", ())]
+    if args.partial:  # the engines run the carry pool's passes (max_tokens 10: 4 new tokens a row per pass)
+        settings = [(", partial rollout (partial_rollout_max_split=3)", ("rl_config.partial_rollout_max_split=3",))]
+    for title, common in settings:
+        with tempfile.TemporaryDirectory() as tmp:
+            history = real_runs(8 if args.quick else 40, tmp, common)
+        real_verdicts(args, history, title, missed, print)
+
+
+def real_verdicts(args, history, title, missed, print):  # noqa: A002
     lines, rate, reward = real_table(history)
-    print("## Real engines on this machine (tiny model, pinned cores)\n")
+    print(f"## Real engines on this machine (tiny model, pinned cores{title})\n")
     print("\n".join(lines) + "\n")
     for mode in ("colocate_async", "separate_async"):
         if rate[mode] < 0.9 * rate["sync"]:
-            missed.append(f"{mode} {rate[mode] / rate['sync']:.2f}x sync's rows/s on real engines (target >= 0.9x)")
+            missed.append(f"{mode}{title} {rate[mode] / rate['sync']:.2f}x sync's rows/s on real engines (target "
+                          f">= 0.9x)")
         if not args.quick and reward[mode] < reward["sync"] - 0.05:
-            missed.append(f"{mode} learned less: reward {reward[mode]:.3f} vs sync {reward['sync']:.3f}")
+            missed.append(f"{mode}{title} learned less: reward {reward[mode]:.3f} vs sync {reward['sync']:.3f}")
 
 
 if __name__ == "__main__":

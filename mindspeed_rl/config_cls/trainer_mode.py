@@ -66,7 +66,8 @@ def trainer_mode(rl_config) -> str:
 def async_spec(rl_config) -> Optional[AsyncSpec]:
     """The checked schedule of an async mode (None under sync, where the async keys must keep their defaults)."""
     mode = trainer_mode(rl_config)
-    given = tuple(getattr(rl_config, key) for key in ASYNC_KEYS)
+    given = (rl_config.parameter_sync_step, rl_config.max_staleness, rl_config.num_warmup_batches,
+             rl_config.drop_stale_rows)
     if mode == SYNC:
         moved = [(k, v) for k, v, d in zip(ASYNC_KEYS, given, DEFAULTS) if v != d]
         if moved:
