@@ -1,7 +1,9 @@
 """The async trainer modes end to end through the CLI's run() (local Ray, CPU, tiny model, DP=2, two rollout
 engines): separate_async with max_staleness 0 is the sync run number for number; one step off trains each batch
-on rows of the weights before; a resume in the middle of a stream continues it exactly, the engines' older weights
-and the batch made ahead included. (DAPO's refills from the engines: tests/ut/dapo/test_dapo_async.py.)"""
+on rows of the weights before; with partial rollout the engines run the pool's passes, and a resume in the middle
+of a stream continues it exactly, the engines' older weights and the pass in flight included. (DAPO's refills from
+the engines: tests/ut/dapo/test_dapo_async.py; a resume of whole batches made ahead, through the pipeline file:
+tests/ut/trainer/test_async_pipeline.py.)"""
 import json
 import os
 import sys
@@ -50,23 +52,6 @@ def test_separate_async_without_staleness_is_sync_and_one_step_off_trains_on_old
         assert IS_KEY in m and IS_KEY not in sync[0]
         assert 0 <= m["async/trainer_idle_fraction"] <= 1 and 0 <= m["async/engine_idle_fraction"] <= 1
         assert {"timing/actor_rollout/rank0", "timing/actor_rollout/rank1"} <= set(m)
-
-
-def test_a_resume_in_the_middle_of_a_stream_continues_it_exactly(tiny_model, tmp_path):
-    # a sync every second update, at most 2 versions old: after iteration 3 the engines hold version 2 and
-    # batch 4 is made ahead with it; the checkpoint keeps both
-    schedule = BASE + ["megatron_training.train_iters=5", "rl_config.trainer_mode=separate_async",
-                       "rl_config.parameter_sync_step=2", "rl_config.max_staleness=2",
-                       "megatron_training.save_interval=3"]
-    save = str(tmp_path / "ckpt")
-    whole = run(CONFIG, schedule + [f"megatron_training.save={save}"], str(tmp_path / "whole"), tiny_model)
-    assert [m["async/staleness_max"] for m in whole] == [0, 1, 2, 1, 2]
-    assert os.path.exists(os.path.join(save, "iter_0000003", "rollout_pipeline.pt"))
-    resumed = run(CONFIG, schedule + [f"megatron_training.load={save}/iter_0000003",
-                                      f"megatron_training.save={tmp_path}/ckpt_b"], str(tmp_path / "b"), tiny_model)
-    assert _numbers(resumed) == _numbers(whole[3:])
-    assert [m["async/staleness_max"] for m in resumed] == [1, 2]
-
 
 
 def test_partial_rollout_passes_on_the_engines_resume_in_the_middle_of_a_stream(tiny_model, tmp_path):
