@@ -13,7 +13,7 @@ from mindspeed_rl.algorithms import ADV_ESTIMATORS
 from mindspeed_rl.algorithms.spec import AdvantageSpec
 from mindspeed_rl.config_cls import stages as table
 from mindspeed_rl.config_cls.multi_turn import DEFAULT_ROUTING, FREE, STICKY, MultiTurnSpec, multi_turn_spec
-from mindspeed_rl.config_cls.partial_rollout import PartialSpec, partial_spec
+from mindspeed_rl.config_cls.partial_rollout import MAX_TOKENS_KEY, PartialSpec, partial_spec
 from mindspeed_rl.config_cls.rl_config import resource_size
 from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec, correction_spec
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, Features, Stage  # noqa: F401  (re-exported)
@@ -547,6 +547,10 @@ def _check_async(schedule: Optional[AsyncSpec], layout: Layout, partial) -> None
     if layout.tp > 1:
         raise PlanError(f"{key} runs one whole model per rollout engine: tensor parallelism "
                         f"(tensor_model_parallel_size={layout.tp}) is not implemented for its engines yet")
+    if partial is not None and partial.budget_key != MAX_TOKENS_KEY:
+        raise PlanError(f"{key} with partial rollout of multi-turn conversations (multi_turn_enable with "
+                        f"partial_rollout_max_split > 1) is not implemented yet: the engines' passes carry single-turn "
+                        f"rows only; set one of them")
     if partial is not None and partial.async_engine:
         raise PlanError(f"{key} with rl_config.async_engine=true is not implemented: a pass stops on the groups the "
                         f"pool completes, which the passes in flight beside it change; leave async_engine false (the "

@@ -22,7 +22,6 @@ from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.trainer.modes.pipeline import Made, RolloutPipeline, engine_spans
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics
-from mindspeed_rl.trainer.utils.carried_turns import PASS_COLUMNS
 from mindspeed_rl.trainer.utils.rollout_balance import rollout_figures
 
 
@@ -98,7 +97,6 @@ class PoolPipeline(RolloutPipeline):
         keys = pool.keys()
         self.flight.append(Pass(index, self.version, [keys[i] for i in rows], dock, queued, pending, self.loads))
         self.loads = []
-        self.launched = index
 
     def _finish(self, p: Pass) -> dict:
         """Wait for pass ``p``; its outputs in dock row order, its metrics, figures and engine spans."""
@@ -111,12 +109,8 @@ class PoolPipeline(RolloutPipeline):
         traces = [trace for _, trace in made]
         p.dock.put_queued(StageGroup.of(stage), p.queued.order, [(trace["rows"], out) for out, trace in made])
         figures, record = rollout_figures(p.dock, stage, p.queued, traces)
-        served = p.dock.rows_with("responses")
-        if len(served) != len(p.keys):
-            raise RuntimeError(f"partial rollout: pass {p.index} made {len(served)} of its {len(p.keys)} rows")
-        outputs = list(stage.outputs) + (list(PASS_COLUMNS) if self.pool.turns else [])
-        got = p.dock.get_rows(list(dict.fromkeys(outputs)), served)
-        p.made = {"columns": {c: list(got[c]) for c in dict.fromkeys(outputs)}, "results": metrics,
+        got = p.dock.get_rows(list(stage.outputs), list(range(len(p.keys))))  # put_queued checked: every row made
+        p.made = {"columns": {c: list(got[c]) for c in stage.outputs}, "results": metrics,
                   "figures": figures, "record": record, "spans": engine_spans(traces)}
         p.dock = p.queued = p.pending = None
         return p.made
@@ -127,8 +121,7 @@ class PoolPipeline(RolloutPipeline):
         made = self._finish(p)
         where = {k: i for i, k in enumerate(self.pool.keys())}
         cols = made["columns"]
-        self.pool.extend([where[k] for k in p.keys], cols["responses"], cols.get(ROLLOUT_LOG_PROBS), p.version + 1,
-                         {c: cols[c] for c in PASS_COLUMNS} if self.pool.turns else None)
+        self.pool.extend([where[k] for k in p.keys], cols["responses"], cols.get(ROLLOUT_LOG_PROBS), p.version + 1)
         self.flight.popleft()
         self.collected.append(made)
         self.engine_work(made["spans"], f"pass {p.index}")
@@ -214,7 +207,6 @@ class PoolPipeline(RolloutPipeline):
         self.flight.extend(Pass(f["index"], f["version"], f["keys"], made=f["made"]) for f in state["flight"])
         self.collected = list(state["collected"])
         self.pending.extend(state["pending"])
-        self.launched = max([p.index for p in self.flight], default=0)
         if state["weights"] is not None:
             self.push(put_state(state["weights"]), int(state["version"]))
         else:

@@ -64,11 +64,11 @@ class Engines:
         return [("load", version)]
 
     def wait(self, refs, name):
-        pass
+        self.log.append(("wait", name, [v for _, v in refs]))
 
     def finish_stage(self, pending):
         queued = pending["queued"]
-        loads = [v for kind, v in self.log[:pending["at"]] if kind == "load"]
+        loads = [e[1] for e in self.log[:pending["at"]] if e[0] == "load"]
         version = loads[-1] if loads else 0
         self.finished.append(pending["iteration"])
         self.sampled.append((pending["iteration"], version))  # (pass, the weights that sampled it)
@@ -138,7 +138,7 @@ class Trainer:
             td.put_queued(group, pending["queued"].order, [(trace["rows"], out) for out, trace in made])
             return {}, metrics
         got = td.get_rows(["prompts", "responses", "labels", ROLLOUT_LOG_PROBS], rows)
-        self.trained.append({k: [v.tolist() for v in got[k]] for k in got})
+        self.trained.append({"round": td.round, **{k: [v.tolist() for v in got[k]] for k in got}})
         return {}, []
 
     def finish_step(self, iteration, metrics, results, start):
@@ -155,6 +155,16 @@ class Trainer:
         return history
 
 
+def loads_waited(log):
+    """Each load in order, and whether it was waited for (by name)."""
+    waited = set()
+    for entry in log:
+        if entry[0] == "wait":
+            assert entry[1] == "load_weights"
+            waited.update(entry[2])
+    return [(e[1], e[1] in waited) for e in log if e[0] == "load"]
+
+
 def versions(trained):
     """Per iteration: the sampling versions in its tokens (EOS aside)."""
     return [sorted({t - 100 for r in it["responses"] for t in r if t != EOS}) for it in trained]
@@ -166,6 +176,12 @@ def test_the_plan_allows_partial_rollout_but_not_a_pass_that_stops_on_the_pool()
     with pytest.raises(PlanError, match=r"^rl_config.trainer_mode=separate_async with rl_config.async_engine=true "
                                         r"is not implemented"):
         plan_of("rl_config.trainer_mode=separate_async", "rl_config.async_engine=true")
+    tools = str(Path(__file__).resolve().parents[3] / "configs" / "tools" / "toy_secret.yaml")
+    with pytest.raises(PlanError, match=r"^rl_config.trainer_mode=colocate_async with partial rollout of multi-turn "
+                                        r"conversations .* is not implemented yet"):
+        plan_of("rl_config.trainer_mode=colocate_async", "rl_config.multi_turn_enable=true",
+                f"rl_config.tool_config_path={tools}", "rl_config.max_tool_calls=1", "rl_config.max_parallel_calls=1",
+                "rl_config.max_total_response_length=12", "generate_config.sampling_config.max_tokens=4")
 
 
 def test_max_staleness_0_is_sync_partial_rollout_pass_for_pass():
@@ -206,8 +222,9 @@ def test_passes_run_ahead_and_every_token_records_its_weights():
     over = [m["async/over_bound_rows"] for m in history]
     assert sum(over) > 0 and all(m["async/dropped_rows"] == 0 for m in history)
     assert all(m["async/over_bound_rows"] == 0 for m in history if m["async/staleness_max"] <= 1)
-    # the weights go out after every update
-    assert [v for kind, v in t.engines.log if kind == "load"] == list(range(0, 9))
+    # the weights go out after every update; each load is waited for with the first pass collected after it
+    assert [e[1] for e in t.engines.log if e[0] == "load"] == list(range(0, 9))
+    assert loads_waited(t.engines.log)[:-1] == [(v, True) for v in range(0, 8)]
     assert all(m["dp_balance/actor_rollout/stage_s"] == 1.0 for m in history)
     # the timeline names each pass collected in an iteration, on both engines
     passes = [sorted({s["what"] for s in spans if s["lane"] != "trainer"}) for _, spans in t.logger.records]
@@ -220,7 +237,8 @@ def test_drop_stale_rows_drops_the_groups_past_the_bound_and_counts_them():
     kept_history = kept.fit(1, 8)
     t = Trainer("rl_config.max_staleness=1", "rl_config.drop_stale_rows=true", train_iters=8)
     history = t.fit(1, 8)
-    assert sum(m["async/dropped_rows"] for m in history) > 0
+    dropped = [m["async/dropped_rows"] for m in history]
+    assert sum(dropped) > 0 and 0 in dropped and all(d % 4 == 0 for d in dropped)  # whole groups of 4 samples
     assert all(m["async/over_bound_rows"] == 0 and m["async/staleness_max"] <= 1 for m in history)
     for k, v in enumerate(versions(t.trained), start=1):
         assert min(v) >= k - 2  # every token at most one version old
@@ -250,5 +268,30 @@ def test_a_checkpoint_in_the_middle_of_a_stream_continues_the_same_schedule():
     assert second.engines.log == [("load", 2)]
     second.fit(4, 7)
     assert second.trained == whole.trained[3:]
-    with pytest.raises(ValueError, match="saved without partial rollout"):
+    # the resumed passes keep their numbers (the timeline names them as the uninterrupted run did)
+    def engine_work(t, first):
+        return [s["what"] for k, spans in t.logger.records if k >= first for s in spans if s["lane"] == "engine 0"]
+    assert engine_work(second, 4) == engine_work(whole, 4)
+    with pytest.raises(ValueError, match=r"^the checkpoint's rollout pipeline was saved without partial rollout; "
+                                         r"this run has it \(rl_config.partial_rollout_max_split must match"):
         Trainer("rl_config.max_staleness=2").pipeline.load({"ready": []}, 3, None)
+
+
+def test_saved_at_a_sync_the_trainers_weights_go_out_and_nothing_is_read():
+    t = Trainer("rl_config.max_staleness=2", "rl_config.parameter_sync_step=2", train_iters=6)
+    t.fit(1, 2)
+    state = t.pipeline.state(2, lambda ref: pytest.fail("weights read at a sync"))
+    assert state["weights"] is None and state["version"] == 2
+    again = Trainer("rl_config.max_staleness=2", "rl_config.parameter_sync_step=2", train_iters=6)
+    assert again.pipeline.load(state, 2, lambda s: pytest.fail("nothing to put")) == len(state["flight"])
+    assert again.engines.log == [("load", 2)] and again.pipeline.state_ref == ("weights", 1)
+
+
+def test_a_prompt_batch_without_prompts_is_named():
+    def data():
+        yield from [next(batches())]
+        while True:
+            yield {"prompts": [], "labels": []}
+    t = Trainer("rl_config.max_staleness=1", data=data())
+    with pytest.raises(ValueError, match=r"^partial rollout: prompt batch 2 holds no prompts$"):
+        t.fit(1, 1)
