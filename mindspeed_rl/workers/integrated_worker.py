@@ -110,7 +110,10 @@ class IntegratedWorker(EngineWorker):
         """(output columns, each row's prompt + response tokens) of what an engine served."""
         out = {"responses": served.responses, "response_length": _length_rows(served.responses)}
         if self.run_plan.worker.rollout.returns_log_probs:
-            out[ROLLOUT_LOG_PROBS] = served.log_probs
+            if served.log_probs is None and served.responses:
+                raise RuntimeError(f"rank {self.rank}: the rollout backend made {len(served.responses)} rows without "
+                                   f"the log-probs this run needs")
+            out[ROLLOUT_LOG_PROBS] = served.log_probs or []  # an engine that served no row (a short pass) has none
         if served.masks is not None:  # multi-turn: tool tokens leave the loss; each row's tool rounds
             out[LOSS_MASK] = served.masks
             out[TOOL_CALLS] = [torch.tensor([s["tool_rounds"]], dtype=torch.int32) for s in served.turn_stats]

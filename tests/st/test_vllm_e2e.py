@@ -90,30 +90,25 @@ def test_dapo_on_vllm_trains_with_dynamic_sampling(tmp_path, monkeypatch):
 def test_worker_killed_while_vllm_generates_is_named_in_one_line(tmp_path):
     # long rollouts (64 rows of up to 56 tokens, 4 at a time per engine) so that the kill lands while vLLM generates
     args = [sys.executable, "cli/train_grpo.py", "--config", CONFIG, "--tiny-model-dir", str(tmp_path / "model"),
-            "--output-dir", str(tmp_path / "out"), "megatron_training.train_iters=3",
+            "--output-dir", str(tmp_path / "out"), "megatron_training.train_iters=2",
             "megatron_training.global_batch_size=16", "megatron_training.seq_length=64",
             "generate_config.sampling_config.max_tokens=56", "rl_config.mini_batch_size=64",
             "generate_config.max_num_seqs=4", *VLLM[:2], *VLLM[3:]]
     run_ = Run(args, str(tmp_path / "log.txt"))
-    hit = run_.wait_line(lambda text: text.startswith("iter 1:"), 600)
-    assert hit, "the run did not finish its first iteration"
-    # Ray titles a worker's process with the method it runs: iteration 2's rollout is its queued stage
-    deadline, pids = time.monotonic() + 300, []
+    # Ray titles a worker's process with the method it runs: the first rollout is its queued stage (the engines
+    # are up by then)
+    deadline, pids = time.monotonic() + 600, []
     while not pids and time.monotonic() < deadline:
         pids = run_.actors("ray::IntegratedWorker.run_queued_stage")
         time.sleep(0.02)
-    assert pids, "no worker entered iteration 2's rollout"
+    assert pids, "no worker entered the first rollout"
+    time.sleep(1.0)  # inside vLLM's generation
     os.kill(pids[0], signal.SIGKILL)
     rc, left = run_.finish(300)
     _, line = run_.error_line()
     assert rc == 1 and left == 0
     assert line.startswith("error: worker rank ") and "failed in 'actor_rollout'" in line, line
     assert not run_.traceback()
-    # on-policy (one mini-batch): the drift compares vLLM with the update's own first pass
-    import json
-    with open(tmp_path / "out" / "metrics.jsonl") as f:
-        first = next(r for r in map(json.loads, f) if r.get("iteration") == 1)
-    assert 0 <= first["actor/rollout_log_prob_abs_diff"] < 1e-3
 
 
 def test_multi_turn_on_vllm_with_free_routing_carries_cut_conversations(tmp_path):

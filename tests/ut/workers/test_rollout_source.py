@@ -239,3 +239,22 @@ def test_a_queued_stage_starts_from_the_first_take_that_came_with_the_round(loca
                                               Handle(queue) if through_ray else queue, 3, firsts=firsts)
         assert trace["rows"] == firsts[worker.rank] and trace["consumer"] == worker.rank
     assert asked == []
+
+
+def test_an_engine_that_served_no_row_of_a_short_pass_returns_empty_log_probs(local):
+    """A partial rollout pass with fewer rows than one engine's take: the other engine serves none, and its (empty)
+    columns still go back through Ray; rows made without the log-probs the run needs are one line."""
+    from mindspeed_rl.models.rollout.base import Served
+    from mindspeed_rl.data.columnar import cpu_batch
+    plan, (w0, _) = _worker("vllm")
+    spec = dataclasses.replace(plan.worker.rollout, logprobs=0)
+    w0.run_plan = dataclasses.replace(plan, worker=dataclasses.replace(plan.worker, rollout=spec))
+    w0.rollout = ServedBy(Served(log_probs=None))
+    _, out, trace = w0.serve_sequences("the source")
+    assert out["responses"] == [] and out[ROLLOUT_LOG_PROBS] == [] and trace["rows"] == []
+    assert cpu_batch(out)[ROLLOUT_LOG_PROBS] == []
+    w0.rollout = ServedBy(Served(rows=[0], prompt_lengths=[2], responses=[torch.ones(3, dtype=torch.int32)],
+                                 log_probs=None, latency=[0.1], trace=[(3, 1, 2, 0.1)]))
+    with pytest.raises(RuntimeError, match=r"^rank 0: the rollout backend made 1 rows without the log-probs this run "
+                                           r"needs$"):
+        w0.serve_sequences("the source")
