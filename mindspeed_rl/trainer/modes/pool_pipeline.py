@@ -51,12 +51,13 @@ class PoolPipeline(RolloutPipeline):
     # ------------------------------------------------------------ schedule
 
     def _top_up(self, want: int = 0) -> None:
-        """The fed batches, then whole batches while the pool has room for one (with ``want``: only while it
-        holds fewer groups than that)."""
+        """The fed batches, then whole batches while the pool has room for one; with ``want`` (beside an update)
+        only while it holds fewer groups than that, and leaving room for the batch the next iteration feeds."""
         pool, spec, trainer = self.pool, self.trainer.run_plan.partial, self.trainer
         while self.pending:
             pool.add(trainer.checked(self.pending.popleft()))
-        while pool.groups + spec.train_prompts <= spec.pool_prompts and (not want or pool.groups < want):
+        keep = spec.train_prompts if want else 0
+        while pool.groups + spec.train_prompts + keep <= spec.pool_prompts and (not want or pool.groups < want):
             before = pool.groups
             pool.add(trainer.checked(self._next_batch()))
             if pool.groups == before:
