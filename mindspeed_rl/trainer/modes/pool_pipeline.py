@@ -50,14 +50,12 @@ class PoolPipeline(RolloutPipeline):
 
     # ------------------------------------------------------------ schedule
 
-    def _top_up(self, want: int = 0) -> None:
-        """The fed batches, then whole batches while the pool has room for one; with ``want`` (beside an update)
-        only while it holds fewer groups than that, and leaving room for the batch the next iteration feeds."""
+    def _top_up(self) -> None:
+        """The fed batches, then whole batches while the pool has room for one (sync's rule)."""
         pool, spec, trainer = self.pool, self.trainer.run_plan.partial, self.trainer
         while self.pending:
             pool.add(trainer.checked(self.pending.popleft()))
-        keep = spec.train_prompts if want else 0
-        while pool.groups + spec.train_prompts + keep <= spec.pool_prompts and (not want or pool.groups < want):
+        while pool.groups + spec.train_prompts <= spec.pool_prompts:
             before = pool.groups
             pool.add(trainer.checked(self._next_batch()))
             if pool.groups == before:
@@ -68,15 +66,11 @@ class PoolPipeline(RolloutPipeline):
         keys = self.pool.keys()
         return [i for i in self.pool.pass_rows() if keys[i] not in busy]
 
-    def fill(self, iteration: int, top_up: bool = True, beside: bool = False) -> None:
-        """Start passes until ``1 + ahead`` run while the trainer waits, or ``ahead`` run ``beside`` its update
-        (the pool topped up first, unless ``top_up`` is false)."""
+    def fill(self, iteration: int, beside: bool = False) -> None:
+        """Start passes over the free rows until ``1 + ahead`` run while the trainer waits, or ``ahead`` run
+        ``beside`` its update (the pool is not topped up beside an update: the next iteration's batch is not fed
+        yet, and groups that wait for a take age)."""
         limit = self.ahead(iteration) + (0 if beside else 1)
-        if not limit:
-            return
-        if top_up:
-            # beside an update: the groups of the takes the engines run ahead for, no more (waiting groups age)
-            self._top_up(want=limit * self.trainer.run_plan.partial.train_prompts if beside else 0)
         while len(self.flight) < limit:
             rows = self._free_rows()
             if not rows:
@@ -131,7 +125,7 @@ class PoolPipeline(RolloutPipeline):
         """Complete groups holding a token older than max_staleness versions, dropped; returns their rows."""
         ages = self.pool.oldest(self.pool.complete_groups(), iteration)
         old = [g for g, age in ages.items() if age > self.spec.max_staleness]
-        return self.pool.drop(old) if old else 0
+        return self.pool.drop(old)
 
     def take(self, iteration: int) -> Made:
         """``global_batch_size`` complete groups from the pool (passes collected, oldest first, while fewer are
@@ -146,7 +140,9 @@ class PoolPipeline(RolloutPipeline):
             if len(pool.complete_groups()) >= spec.train_prompts:
                 break
             # passes only while groups are short (as sync); dropped groups make room for fresh batches
-            self.fill(iteration, top_up=self.spec.drop_stale)
+            if dropped:
+                self._top_up()
+            self.fill(iteration)
             if not self.flight:
                 raise RuntimeError(f"partial rollout: the pool holds {pool.groups} prompts, all complete, fewer "
                                    f"than the {spec.train_prompts} an iteration trains (global_batch_size); "
