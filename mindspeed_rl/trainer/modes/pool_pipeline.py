@@ -81,8 +81,7 @@ class PoolPipeline(RolloutPipeline):
         trainer, plan, pool = self.trainer, self.trainer.run_plan, self.pool
         trainer.rollout_passes += 1
         index = trainer.rollout_passes
-        dock = DriverDock(plan.dock_prompts, plan.n_samples, addition_columns=trainer.dataset_additional_keys,
-                          run_plan=plan)
+        dock = DriverDock(plan.dock_prompts, plan.n_samples, run_plan=plan)  # a pass's inputs: prompts and budgets
         dock.set_round(2 * index)
         dock.clear()
         dock.put_experience(pool.pass_inputs(rows), list(range(len(rows))))

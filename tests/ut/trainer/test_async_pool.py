@@ -54,9 +54,12 @@ class Engines:
 
     def __init__(self):
         self.log, self.finished, self.sampled = [], [], []
+        self.running = self.most = 0  # passes started and not collected; the most at once
 
     def start_queued_stage(self, group, queued, iteration):
         self.log.append(("pass", iteration))
+        self.running += 1
+        self.most = max(self.most, self.running)
         return {"at": len(self.log) - 1, "queued": queued, "iteration": iteration, "outputs": group.outputs}
 
     def load_weights(self, state_ref, version):
@@ -71,6 +74,7 @@ class Engines:
         loads = [e[1] for e in self.log[:pending["at"]] if e[0] == "load"]
         version = loads[-1] if loads else 0
         self.finished.append(pending["iteration"])
+        self.running -= 1
         self.sampled.append((pending["iteration"], version))  # (pass, the weights that sampled it)
         made = []
         for consumer, rows in enumerate((queued.order[0::2], queued.order[1::2])):
@@ -209,8 +213,14 @@ def same_as_sync(t, history, synced, sync_history):
 def test_passes_run_ahead_and_every_token_records_its_weights():
     t = Trainer("rl_config.max_staleness=1", train_iters=8)
     history = t.fit(1, 8)
-    # a pass runs beside every update after the first: one pass in flight beyond the one collected
+    # a pass runs beside every update after the first: one pass in flight beyond the one collected; while the
+    # trainer waits, at most 1 + ahead passes run
     assert all(m["async/batches_ahead"] >= 1 for m in history[:-1])
+    assert t.engines.most == 2
+    # a pass's dock numbers its round as sync's partial rollout does (its planner's draws follow it)
+    early = Trainer("rl_config.max_staleness=1", train_iters=8)
+    early.fit(1, 3)
+    assert early.pipeline.flight and all(p.dock.round == 2 * p.index + 1 for p in early.pipeline.flight)
     # tokens are sampled by the weights the engines held when their pass started; carried rows mix versions
     seen = versions(t.trained)
     assert seen[0] == [0] and any(len(v) > 1 for v in seen)
@@ -265,7 +275,7 @@ def test_a_checkpoint_in_the_middle_of_a_stream_continues_the_same_schedule():
     second.data_position, second.rollout_passes = first.data_position, first.rollout_passes
     second.carry_pool.load_state_dict(pool)
     second.pipeline.load(saved, 3, lambda state: ("put", state))
-    assert second.engines.log == [("load", 2)]
+    assert second.engines.log == [("load", 2)] and second.pipeline.state_ref == ("put", ("read", ("weights", 2)))
     second.fit(4, 7)
     assert second.trained == whole.trained[3:]
     # the resumed passes keep their numbers (the timeline names them as the uninterrupted run did)
