@@ -13,12 +13,11 @@ on stderr and exit code 2.
     python -m mindspeed_rl.reports.async_timeline --run outputs/grpo --iterations 3-8
 """
 import argparse
-import json
 import os
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from mindspeed_rl.reports.report_inputs import ReportError
+from mindspeed_rl.reports.report_inputs import ReportError, _json_objects, _read_text
 from mindspeed_rl.utils.loggers import TIMELINE_FILE
 
 PROG = "python -m mindspeed_rl.reports.async_timeline"
@@ -31,29 +30,20 @@ def read_timeline(path: str) -> List[dict]:
     if not os.path.isfile(path):
         raise ReportError(f"{path}: no such file (only the async trainer modes write a timeline)")
     spans = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path} line {line_no}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ReportError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(rec, dict):
-                raise ReportError(f"{where}: a span is a JSON object")
-            if "event" in rec and "iteration" not in rec:
-                continue  # a resume marker
-            missing = [k for k in ("iteration", "lane", "start", "end") if k not in rec]
-            if missing:
-                raise ReportError(f"{where}: missing {', '.join(missing)}")
-            if not isinstance(rec["lane"], str):
-                raise ReportError(f"{where}: lane must be a string")
-            if any(isinstance(rec[k], bool) or not isinstance(rec[k], (int, float)) for k in ("start", "end")):
-                raise ReportError(f"{where}: start and end must be numbers (seconds)")
-            if rec["end"] < rec["start"]:
-                raise ReportError(f"{where}: ends ({rec['end']}) before it starts ({rec['start']})")
-            spans.append(rec)
+    for line_no, rec in _json_objects(path, _read_text(path), ()):
+        where = f"{path} line {line_no}"
+        if "event" in rec and "iteration" not in rec:
+            continue  # a resume marker
+        missing = [k for k in ("iteration", "lane", "start", "end") if k not in rec]
+        if missing:
+            raise ReportError(f"{where}: missing {', '.join(missing)}")
+        if not isinstance(rec["lane"], str):
+            raise ReportError(f"{where}: lane must be a string")
+        if any(isinstance(rec[k], bool) or not isinstance(rec[k], (int, float)) for k in ("start", "end")):
+            raise ReportError(f"{where}: start and end must be numbers (seconds)")
+        if rec["end"] < rec["start"]:
+            raise ReportError(f"{where}: ends ({rec['end']}) before it starts ({rec['start']})")
+        spans.append(rec)
     if not spans:
         raise ReportError(f"{path}: holds no spans")
     return spans

@@ -224,11 +224,16 @@ class RolloutPipeline:
         self.launched, self.taken = int(state["launched"]), int(state["taken"])
         self.ready = deque(Made(**m) for m in state["ready"])
         self.pending = deque(state["pending"])
+        self.restore_weights(state, iteration, put_state)
+        return len(self.ready)
+
+    def restore_weights(self, state: dict, iteration: int, put_state) -> None:
+        """The engines get the weights of a checkpoint's ``state``: the saved ones when they were older than the
+        trainer's, else the trainer's own (after ``iteration``)."""
         if state["weights"] is not None:
             self.push(put_state(state["weights"]), int(state["version"]))
         else:
             self.push(self.trainer.groups["actor"].policy_state_ref(), iteration)
-        return len(self.ready)
 
     # ------------------------------------------------------------ metrics
 

@@ -191,7 +191,6 @@ class PoolPipeline(RolloutPipeline):
         return {"version": self.version, "taken": self.taken, "pending": list(self.pending),
                 "flight": [{"index": p.index, "version": p.version, "keys": p.keys, "made": p.made}
                            for p in self.flight],
-                "collected": self.collected,
                 "weights": load_state(self.state_ref) if older and self.state_ref is not None else None}
 
     def load(self, state: dict, iteration: int, put_state) -> int:
@@ -201,12 +200,8 @@ class PoolPipeline(RolloutPipeline):
                              "(rl_config.partial_rollout_max_split must match to continue)")
         self.taken = int(state["taken"])
         self.flight.extend(Pass(f["index"], f["version"], f["keys"], made=f["made"]) for f in state["flight"])
-        self.collected = list(state["collected"])
         self.pending.extend(state["pending"])
-        if state["weights"] is not None:
-            self.push(put_state(state["weights"]), int(state["version"]))
-        else:
-            self.push(self.trainer.groups["actor"].policy_state_ref(), iteration)
+        self.restore_weights(state, iteration, put_state)
         return len(self.flight)
 
     # ------------------------------------------------------------ metrics
