@@ -547,6 +547,10 @@ def _check_async(schedule: Optional[AsyncSpec], layout: Layout, partial) -> None
     if layout.tp > 1:
         raise PlanError(f"{key} runs one whole model per rollout engine: tensor parallelism "
                         f"(tensor_model_parallel_size={layout.tp}) is not implemented for its engines yet")
+    if schedule.drop_stale and partial is None:
+        raise PlanError("rl_config.drop_stale_rows acts on partial rollout's carried rows (partial_rollout_max_split "
+                        "> 1); whole batches are at most max_staleness versions old by the schedule (DAPO's refills "
+                        "are counted in async/over_bound_rows, not dropped): leave it out")
     if partial is not None and partial.budget_key != MAX_TOKENS_KEY:
         raise PlanError(f"{key} with partial rollout of multi-turn conversations (multi_turn_enable with "
                         f"partial_rollout_max_split > 1) is not implemented yet: the engines' passes carry single-turn "

@@ -34,7 +34,8 @@ def test_the_async_modes_plan_their_engines_schedule_and_correction():
                  "rl_config.max_staleness=3", "rl_config.num_warmup_batches=1", LOGPROBS)
     assert plan.asynchronous == AsyncSpec("separate_async", 2, 3, 1) and plan.asynchronous.ahead == 2
     assert not plan.asynchronous.drop_stale
-    dropping = _plan("rl_config.trainer_mode=separate_async", "rl_config.drop_stale_rows=true", LOGPROBS)
+    dropping = _plan("rl_config.trainer_mode=separate_async", "rl_config.drop_stale_rows=true", LOGPROBS,
+                     "rl_config.partial_rollout_max_split=2")
     assert dropping.asynchronous == AsyncSpec("separate_async", 1, 1, 0, True)
     assert not plan.asynchronous.colocated
     assert plan.roles == ("actor", "rollout")
@@ -78,6 +79,10 @@ def test_the_async_modes_plan_their_engines_schedule_and_correction():
      "rl_config.trainer_mode=colocate_async with rl_config.async_engine=true is not implemented: a pass stops on the "
      "groups the pool completes, which the passes in flight beside it change; leave async_engine false (the pool's "
      "passes already cut rows at pass_tokens and continue them with newer weights)"),
+    (["rl_config.trainer_mode=separate_async", "rl_config.drop_stale_rows=true", LOGPROBS],
+     "rl_config.drop_stale_rows acts on partial rollout's carried rows (partial_rollout_max_split > 1); whole batches "
+     "are at most max_staleness versions old by the schedule (DAPO's refills are counted in async/over_bound_rows, "
+     "not dropped): leave it out"),
     (["rl_config.drop_stale_rows=true"], "rl_config.drop_stale_rows=True applies to the async trainer modes; with "
                                          "trainer_mode=sync leave it out (or set trainer_mode)"),
 ])
