@@ -186,9 +186,9 @@ class RLConfig(BaseConfig):
     parameter_sync_step (1), max_staleness (1), num_warmup_batches (0): the async modes' schedule: weights go to
         the engines every parameter_sync_step updates; a row is trained at most max_staleness weight versions
         after the weights that sampled it; the first num_warmup_batches iterations run in step.
-    drop_stale_rows (false): async modes with partial rollout: a group holding a token sampled more than max_staleness weight versions
-        before the trained ones (partial rollout carries rows across versions) is dropped instead of trained with
-        the rollout correction; both are counted (async/dropped_rows, async/over_bound_rows).
+    drop_stale_rows (false): async modes with partial rollout: a group holding a token sampled more than
+        max_staleness weight versions before the trained ones (carried rows span versions) is dropped instead of
+        trained with the rollout correction; both are counted (async/dropped_rows, async/over_bound_rows).
     seed (1234): seed of the RL-side random generators.
     """
 
