@@ -21,7 +21,7 @@ from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
 from mindspeed_rl.trainer.modes import async_modes
 from mindspeed_rl.trainer.modes.pipeline import RolloutPipeline
-from mindspeed_rl.utils.rollout_queue import LocalSource, RolloutQueue
+from mindspeed_rl.balance.rollout_queue import LocalSource, RolloutQueue
 
 TINY = Path(__file__).resolve().parents[1] / "configs" / "grpo_tiny_cpu.yaml"
 

@@ -183,7 +183,7 @@ def engine_class():
             the RolloutQueue actor (None: a queue of ``order`` in this process, as a fixed share runs)."""
             import torch
             from mindspeed_rl.models.rollout.agent_serve import serve_blocking, turn_seed
-            from mindspeed_rl.utils.rollout_queue import LocalSource, RolloutQueue
+            from mindspeed_rl.balance.rollout_queue import LocalSource, RolloutQueue
             from mindspeed_rl.workers.rollout_source import RaySource
             which = {}
             self.table.clear()
@@ -318,7 +318,7 @@ def scripted_agent(tokenizer, rnd: dict, tool_spans: list):
 
 def run_round(engines, queue, key: int, rnd: dict, base: int, seed: int, cap: int, ways=WAYS) -> tuple:
     import ray
-    from mindspeed_rl.data.balance_plan import BalancePlanner
+    from mindspeed_rl.balance.balance_plan import BalancePlanner
     n = len(rnd["prompts"])
     order, per = list(range(n)), -(-n // ENGINES)
     out = {}
@@ -344,7 +344,7 @@ def measure(args) -> dict:
     import torch
     from mindspeed_rl.models.tiny_text_tokenizer import TEXT_VOCAB_SIZE
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
-    from mindspeed_rl.utils.rollout_queue import RolloutQueue
+    from mindspeed_rl.balance.rollout_queue import RolloutQueue
     res = {"quick": args.quick, "cpus": os.cpu_count(), "load_before": os.getloadavg(), "prompts": args.prompts,
            "samples": args.samples, "max_num_seqs": args.max_num_seqs, "ways": list(args.ways), "repeats": []}
     with tempfile.TemporaryDirectory(prefix="agent_bench_") as tmp:

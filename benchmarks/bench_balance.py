@@ -1,4 +1,4 @@
-"""Benchmark of the sequence-length balancer (mindspeed_rl.utils.seqlen_balancing).
+"""Benchmark of the sequence-length balancer (mindspeed_rl.balance.seqlen_balancing).
 
 Prints three plain-text tables and a TARGETS block:
 1. quality on long-tail GRPO-like lengths (group and sample level),
@@ -22,7 +22,7 @@ import numpy as np
 # run from a checkout without installing as well
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mindspeed_rl.utils.seqlen_balancing import (  # noqa: E402
+from mindspeed_rl.balance.seqlen_balancing import (  # noqa: E402
     balance_stats,
     get_seqlen_balanced_partitions,
     heapq_partition,

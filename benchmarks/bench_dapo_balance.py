@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
-from mindspeed_rl.data.balance_plan import BalancePlanner  # noqa: E402
+from mindspeed_rl.balance.balance_plan import BalancePlanner  # noqa: E402
 
 
 def main(argv=None) -> int:

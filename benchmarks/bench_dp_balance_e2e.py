@@ -41,9 +41,9 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mindspeed_rl.utils.cost_model import (CostModel, micro_batch_features, prediction_error,  # noqa: E402
+from mindspeed_rl.balance.cost_model import (CostModel, micro_batch_features, prediction_error,  # noqa: E402
                                            rank_features, simulate_step_time)
-from mindspeed_rl.utils.seqlen_balancing import sized_lower_bound  # noqa: E402
+from mindspeed_rl.balance.seqlen_balancing import sized_lower_bound  # noqa: E402
 from mindspeed_rl.trainer.stage_runner import StageGroup, run_dp_stage  # noqa: E402
 
 CONFIG = ROOT / "configs" / "grpo_tiny_cpu.yaml"

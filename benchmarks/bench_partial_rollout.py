@@ -128,7 +128,7 @@ class Harness:
 
     def __init__(self, model: str, cap: int, prefix_caching: bool):
         import ray
-        from mindspeed_rl.utils.rollout_queue import RolloutQueue
+        from mindspeed_rl.balance.rollout_queue import RolloutQueue
         Engine = engine_class()
         start = time.perf_counter()
         self.engines = [Engine.remote(core, model, cap, prefix_caching) for core in range(ENGINES)]

@@ -214,7 +214,7 @@ def balance_case(n: int, prompt_median: int, prompt_cap: int, response_median: i
     prompt+response imbalance among 101), balanced by prompt length, and the oracle balanced by
     prompt + response (needs the lengths the rollout has yet to produce)."""
     import numpy as np
-    from mindspeed_rl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+    from mindspeed_rl.balance.seqlen_balancing import get_seqlen_balanced_partitions
     rng = np.random.default_rng(seed)
     prompt = np.clip(np.rint(rng.lognormal(np.log(prompt_median), 0.9, n)), 16, prompt_cap).astype(int)
     indep = np.clip(np.rint(rng.lognormal(np.log(response_median), 0.9, n)), 8, response_cap).astype(int)

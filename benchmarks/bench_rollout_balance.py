@@ -14,7 +14,7 @@
 2. GRPO iteration (full run only): cli/train_grpo.py at ~150M, DP=2, vLLM, with and without
    rl_config.guarantee_order, on a checkpoint whose EOS logit is scaled up so that responses end at
    different lengths by themselves; median iteration and rollout-stage seconds after the first iteration.
-3. Simulation to 8-256 engines from the per-step cost fitted to section 1's queue steps (utils/rollout_cost.py:
+3. Simulation to 8-256 engines from the per-step cost fitted to section 1's queue steps (balance/rollout_cost.py:
    the replay drives the same RolloutQueue): static vs queue (epoch 1, epoch 2) vs the bound, with and without
    a prompt effect.
 
@@ -131,7 +131,7 @@ def engine_class():
 def run_round(engines, queue, key, prompts, lengths, prior, seed):
     """The three ways on one round; per way the busy seconds per engine, the responses and the traces."""
     import ray
-    from mindspeed_rl.data.balance_plan import BalancePlanner
+    from mindspeed_rl.balance.balance_plan import BalancePlanner
     n = len(prompts)
     seeds = [int(seed) * 100000 + r for r in range(n)]
     ray.get([e.lengths.remote({s: lengths[r] for r, s in enumerate(seeds)}) for e in engines])
@@ -159,8 +159,8 @@ def run_round(engines, queue, key, prompts, lengths, prior, seed):
 
 def measure_rollout(model: str, vocab: int, repeats: int, seed0: int = 0) -> dict:
     import ray
-    from mindspeed_rl.utils.rollout_cost import balance_bound
-    from mindspeed_rl.utils.rollout_queue import RolloutQueue
+    from mindspeed_rl.balance.rollout_cost import balance_bound
+    from mindspeed_rl.balance.rollout_queue import RolloutQueue
     Engine = engine_class()
     start = time.perf_counter()
     engines = [Engine.remote(core, model) for core in range(ENGINES)]
@@ -238,7 +238,7 @@ def run_cli(model_dir: str, out_dir: str, iters: int, static: bool, timeout: flo
 
 
 def simulate(cost, engines_list, draws: int, rows_per_engine: int) -> list:
-    from mindspeed_rl.utils.rollout_cost import simulate_queue, simulate_static
+    from mindspeed_rl.balance.rollout_cost import simulate_queue, simulate_static
     out = []
     for shared in (SHARED, 0.0):
         for k in engines_list:
@@ -404,7 +404,7 @@ def main() -> int:
     from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
-    from mindspeed_rl.utils.rollout_cost import fit_step_cost
+    from mindspeed_rl.balance.rollout_cost import fit_step_cost
     with tempfile.TemporaryDirectory(prefix="rb_") as tmp:
         shapes = {"14M": MODEL_SMALL, "150M": MODEL_150M}
         models = {name: (path, shapes[name]["vocab_size"])

@@ -37,7 +37,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mindspeed_rl.compat.transfer_dock import GRPOTransferDock, PullDock as PlainDock  # noqa: E402
-from mindspeed_rl.utils.seqlen_balancing import balance_stats, get_seqlen_balanced_partitions  # noqa: E402
+from mindspeed_rl.balance.seqlen_balancing import balance_stats, get_seqlen_balanced_partitions  # noqa: E402
 
 CONSUMER = "actor_train"
 COLUMNS = ["responses", "prompt_length", "response_length"]

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "patches" / "tests"))
 
 import verl_tree  # noqa: E402
 from bench_balance import make_items, quality_cases  # noqa: E402
-from mindspeed_rl.utils.seqlen_balancing import sized_lower_bound  # noqa: E402
+from mindspeed_rl.balance.seqlen_balancing import sized_lower_bound  # noqa: E402
 
 TARGET_RATIO = 0.25
 

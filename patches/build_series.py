@@ -69,6 +69,10 @@ def adapt(text: str, pkg: "spec.Package", series: str, upstream: Optional[str]) 
                 raise BuildError(f"{where}: text to replace found {found} times, expected once: "
                                  f"{a.old.splitlines()[0]!r}")
             text = text.replace(a.old, a.new)
+        elif isinstance(a, spec.Rehome):
+            if a.old not in text:
+                raise BuildError(f"{where}: text to rehome not found: {a.old!r}")
+            text = text.replace(a.old, a.new)
         elif isinstance(a, spec.Append):
             text = text.rstrip("\n") + "\n" + a.text
         elif isinstance(a, (spec.KeepUpstream, spec.UpstreamFirstLine)):

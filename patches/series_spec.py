@@ -17,6 +17,14 @@ class Replace:
 
 
 @dataclass(frozen=True)
+class Rehome:
+    """Replace every ``old`` (at least one) by ``new``: our module paths to upstream's."""
+    old: str
+    new: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Append:
     """Append our own ``text`` (top-level code) at the end of the file."""
     text: str
@@ -55,7 +63,12 @@ class Step:
     package: Tuple[Package, ...] = ()
 
 
-SB = "mindspeed_rl/utils/seqlen_balancing.py"
+HOME = "mindspeed_rl/balance"          # the balancer's home in our package
+SB = f"{HOME}/seqlen_balancing.py"
+UPSTREAM_SB = "mindspeed_rl/utils/seqlen_balancing.py"
+
+# our balance package is upstream's utils package in the patched tree
+_REHOME = Rehome("mindspeed_rl.balance.", "mindspeed_rl.utils.", "the balancer's modules sit in upstream's utils")
 
 _DOC_SYNC = Replace(
     "array or torch tensor; lists of item indices come out. Nothing here talks to\n"
@@ -109,7 +122,8 @@ def rearrange_micro_batches(seqlen_list: List[int], max_token_len: int, dynamic_
 
 _IMPORTS = ("import heapq\n", "from mindspeed_rl.utils.partition_exact import exact_equal_partition\n")
 
-SEQLEN_7466375 = Package(SB, upstream_has=True, adaptations=(
+SEQLEN_7466375 = Package(SB, upstream_has=True, dest=UPSTREAM_SB, adaptations=(
+    _REHOME,
     _COPYRIGHT,
     _DOC_SYNC,
     Replace(_IMPORTS[0], "import copy\n" + _IMPORTS[0], "get_reverse_idx uses copy"),
@@ -120,7 +134,8 @@ SEQLEN_7466375 = Package(SB, upstream_has=True, adaptations=(
     _REVERSE_IDX,
 ))
 
-SEQLEN_05A90D7 = Package(SB, upstream_has=True, adaptations=(
+SEQLEN_05A90D7 = Package(SB, upstream_has=True, dest=UPSTREAM_SB, adaptations=(
+    _REHOME,
     _COPYRIGHT,
     _DOC_SYNC,
     Replace(_IMPORTS[0], "import copy\n" + _IMPORTS[0], "get_reverse_idx uses copy"),
@@ -135,9 +150,10 @@ SEQLEN_05A90D7 = Package(SB, upstream_has=True, adaptations=(
 ))
 
 # new files, taken from the package unchanged
-BALANCER_FILES = tuple(Package(f"mindspeed_rl/utils/{name}.py")
-                       for name in ("partition_refine", "partition_exact", "workload", "dist_sync"))
-PLAN = Package("mindspeed_rl/data/balance_plan.py", dest="mindspeed_rl/trainer/utils/balance_plan.py")
+BALANCER_FILES = tuple(Package(f"{HOME}/{name}.py", dest=f"mindspeed_rl/utils/{name}.py")
+                       for name in ("partition_refine", "partition_exact", "workload")) + (
+    Package("mindspeed_rl/utils/dist_sync.py"),)
+PLAN = Package(f"{HOME}/balance_plan.py", dest="mindspeed_rl/trainer/utils/balance_plan.py", adaptations=(_REHOME,))
 
 SERIES: Dict[str, List[Step]] = {
     "7466375": [
@@ -176,9 +192,9 @@ _VERL_DOC = Replace(
     "say which verl module calls it")
 
 VERL_BALANCER_FILES = tuple(
-    Package(f"mindspeed_rl/utils/{name}.py", dest=f"verl/utils/{name}.py")
+    Package(f"{HOME}/{name}.py", dest=f"verl/utils/{name}.py")
     for name in ("partition_refine", "partition_exact", "workload")
-) + (Package(SB, dest="verl/utils/balanced_partitions.py", adaptations=(_VERL_DOC, _VERL_IMPORTS)),)
+) + (Package(SB, dest="verl/utils/balanced_partitions.py", adaptations=(_REHOME, _VERL_DOC, _VERL_IMPORTS)),)
 
 VERL_SERIES: Dict[str, List[Step]] = {
     "0.9.1": [

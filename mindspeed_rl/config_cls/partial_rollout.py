@@ -56,9 +56,10 @@ def partial_spec(rl_config, generate_config, global_batch_size: int, multi_turn=
             raise ValueError(f"rl_config.{key}={getattr(rl_config, key)!r} must be true or false")
     if n == 1:
         return None
-    if rl_config.guarantee_order:
-        raise ValueError("rl_config.guarantee_order must be false when partial_rollout_max_split > 1 (carried rows "
-                         "continue on whichever engine takes them from the rollout queue)")
+    if rl_config.rollout_balance == "static":
+        raise ValueError("rl_config.rollout_balance must be 'queue' (guarantee_order false) when "
+                         "partial_rollout_max_split > 1 (carried rows continue on whichever engine takes them from "
+                         "the rollout queue)")
     key = CONVERSATION_KEY if multi_turn is not None else MAX_TOKENS_KEY
     max_tokens = (multi_turn.max_total_response_length if multi_turn is not None
                   else generate_config.sampling_config["max_tokens"])

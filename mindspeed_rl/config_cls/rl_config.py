@@ -123,8 +123,7 @@ class RLConfig(BaseConfig):
     use_tensorboard (False) / use_wandb (False): metric sinks.
     wandb_project / wandb_exp_name / wandb_save_dir (''): wandb settings.
     blocking (True): wait for each stage before starting the next.
-    guarantee_order (False): rollout rows as fixed shares bound to DP ranks (a seeded random split) instead of
-        one queue of the round that every rollout engine draws from.
+    guarantee_order (False): upstream's name of ``rollout_balance: static`` (true) / ``queue`` (false).
     num_cpus_for_local_task (1.0): CPUs of each local Ray task.
     num_cpus_for_placement_group (8): CPUs per placement-group bundle.
     use_integrated_worker (True): actor, reference and rollout share devices.
@@ -144,6 +143,9 @@ class RLConfig(BaseConfig):
     dp_balance_objective ('tokens'): what to balance, 'tokens' or 'flops'.
     dp_balance_method ('auto'): partition algorithm: 'auto', 'heapq',
         'karmarkar_karp' or 'greedy'.
+    rollout_balance ('queue'): how rollout rows reach the engines: 'queue' (one queue of the round that every
+        engine draws from, longest expected first) or 'static' (fixed shares bound to DP ranks, a seeded random
+        split: upstream's guarantee_order: true). Either key may be given; given both, they must agree.
     partial_rollout_max_split (1): N > 1 cuts a response after max_tokens / N new tokens
         per rollout pass and carries it to the next (config_cls/partial_rollout.py).
     async_engine (False): with partial rollout, a pass also stops once global_batch_size
@@ -303,6 +305,7 @@ class RLConfig(BaseConfig):
         self.use_dp_batch_balance = False
         self.dp_balance_objective = "tokens"
         self.dp_balance_method = "auto"
+        self.rollout_balance = "queue"
         self.td_timeout = 600.0
         self.stage_timeout = None
         self.placement_strategy = "auto"
@@ -329,6 +332,8 @@ class RLConfig(BaseConfig):
 
     def update(self, config_dict, model_config_dict=None):
         super().update(config_dict, model_config_dict)
+        self.rollout_balance, self.guarantee_order = rollout_balance_mode(config_dict or {}, self.rollout_balance,
+                                                                          self.guarantee_order)
         for field in RESOURCE_FIELDS:
             setattr(self, field, normalize_resource(field, getattr(self, field)))
         if self.placement_strategy not in PLACEMENT_STRATEGIES:
@@ -345,3 +350,23 @@ class RLConfig(BaseConfig):
                 self.stage_timeout, (int, float)) or self.stage_timeout <= 0):
             raise ValueError(f"rl_config.stage_timeout must be a number of seconds > 0 (or null), "
                              f"got {self.stage_timeout!r}")
+
+
+ROLLOUT_BALANCE = ("queue", "static")
+# upstream's names of our keys: resolved here, the code reads the key they name
+KEY_ALIASES = {"guarantee_order": "rollout_balance"}
+
+
+def rollout_balance_mode(given: dict, rollout_balance, guarantee_order):
+    """(rollout_balance, guarantee_order) agreed: the key given wins; both given must agree."""
+    if rollout_balance not in ROLLOUT_BALANCE:
+        raise ValueError(f"rl_config.rollout_balance must be one of {ROLLOUT_BALANCE}, got {rollout_balance!r}")
+    given = {str(k).replace("-", "_") for k in given}
+    static = rollout_balance == "static"
+    if "guarantee_order" in given and "rollout_balance" in given and bool(guarantee_order) != static:
+        raise ValueError(f"rl_config.guarantee_order={guarantee_order} and rollout_balance={rollout_balance!r} "
+                         f"disagree: guarantee_order is upstream's name of rollout_balance 'static'; give one")
+    if "guarantee_order" in given and "rollout_balance" not in given:
+        static = bool(guarantee_order)
+    return ("static" if static else "queue"), static
+

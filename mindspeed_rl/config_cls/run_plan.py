@@ -19,7 +19,7 @@ from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec, correctio
 from mindspeed_rl.config_cls.stages import BALANCED_STAGES, Features, Stage  # noqa: F401  (re-exported)
 from mindspeed_rl.config_cls.trainer_mode import SYNC, AsyncSpec, async_spec
 from mindspeed_rl.config_cls.worker_spec import WorkerSpec, default_worker_spec, worker_spec
-from mindspeed_rl.utils.workload import WorkloadModel
+from mindspeed_rl.balance.workload import WorkloadModel
 SUPPORTED_LAYOUTS = "DP x TP; pipeline, context and expert parallel ranks are folded into DP"
 # layout keys served by FSDP over the same devices instead
 FOLDED = ("pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size")
@@ -520,7 +520,7 @@ def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec, stale
         correction = correction_spec(rl_config.rollout_correction, partial is not None or stale)
     except ValueError as err:
         raise PlanError(str(err)) from None
-    can_hand_off = spec.rollout.backend == "vllm" and not rl_config.guarantee_order
+    can_hand_off = spec.rollout.backend == "vllm" and rl_config.rollout_balance == "queue"
     if multi_turn is not None and multi_turn.routing is None:  # the default where the queue can hand turns off
         multi_turn = dataclasses.replace(multi_turn, routing=DEFAULT_ROUTING if can_hand_off else STICKY)
     if multi_turn is not None and multi_turn.routing == FREE and not can_hand_off:
@@ -529,7 +529,8 @@ def _long_tail(actor_config, rl_config, generate_config, spec: WorkerSpec, stale
                         + ("uses transformers generate, which runs a take's turns together (set "
                            "generate_config.rollout_backend=vllm, or multi_turn_routing=sticky)"
                            if spec.rollout.backend != "vllm" else
-                           "serves fixed shares (rl_config.guarantee_order=true): set guarantee_order=false, or "
+                           "serves fixed shares (rl_config.rollout_balance=static, upstream's guarantee_order=true): set "
+                           "rollout_balance=queue, or "
                            "multi_turn_routing=sticky"))
     if correction.on:
         if spec.rollout.logprobs is None:
@@ -672,7 +673,7 @@ def build_run_plan(actor_config, rl_config, generate_config, critic_config=None)
             size = getattr(rl_config, row.dispatch_key) if row.dispatch_key else None
             stages[row.name] = _stage(row, size, n // role_dp, n, role_dp,
                                       rl_config.use_dp_batch_balance, inputs, outputs,
-                                      queued=not rl_config.guarantee_order)
+                                      queued=rl_config.rollout_balance == "queue")
     if group_filter is not None:  # the filter reads its metric and carries what the train stages read
         later = [s for s in stages.values() if s.phase == "train"]
         made = {c for s in later for c in s.outputs}

@@ -129,7 +129,7 @@ class Stage:
         return self.inputs + tuple(c for c, flag in self.extra_inputs if features.has(flag))
 
 
-# rows come from one queue of the round that every engine draws from (rl_config.guarantee_order: fixed shares)
+# rows come from one queue of the round that every engine draws from (rl_config.rollout_balance 'static': fixed shares)
 ROLLOUT = Stage("actor_rollout", "dp", "actor", "generate_sequences", ("prompts",),
                 ("responses", "response_length"), cost_columns=("prompt_length",),
                 dispatch_key="actor_rollout_dispatch_size", phase="rollout",

@@ -21,11 +21,11 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from mindspeed_rl.data.balance_plan import BalancePlanner
+from mindspeed_rl.balance.balance_plan import BalancePlanner
 from mindspeed_rl.data.columnar import ColumnBatch, ColumnStore, FlatRows, LengthStore, value_rows
 from mindspeed_rl.data.row_lists import column_parts, trans_input_to_experience  # noqa: F401  (upstream's name)
 from mindspeed_rl.utils.metrics import Metric
-from mindspeed_rl.utils.rollout_queue import PromptLengths, StopRule
+from mindspeed_rl.balance.rollout_queue import PromptLengths, StopRule
 
 # the columns a round starts with (put_prompts_experience)
 PROMPT_COLUMNS = ("prompts", "prompt_length")
@@ -236,7 +236,7 @@ class DriverDock:
         stage = self._stage_plan(name)
         if stage.queued:
             raise ValueError(f"plan_stage('{name}'): the stage is served from a queue (queue_round), it has no "
-                             f"plan; rl_config.guarantee_order=true binds its rows to DP ranks")
+                             f"plan; rl_config.rollout_balance=static binds its rows to DP ranks")
         dp = self.run_plan.layout_of(stage.role).dp
         n_rows, full = self._round_rows(), stage.planned_rows * dp
         if n_rows > full or n_rows < dp * stage.shares_per_rank:

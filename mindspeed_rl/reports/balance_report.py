@@ -39,8 +39,8 @@ from mindspeed_rl.reports.report_inputs import (  # noqa: F401  (re-exported)
 from mindspeed_rl.reports.report_output import (  # noqa: F401  (re-exported)
     DEFAULT_TITLE, PlanReport, format_table, load_stats, plot_reports, step_time_gain, write_json)
 from mindspeed_rl.utils.metrics import plan_loads
-from mindspeed_rl.utils.seqlen_balancing import METHODS, get_seqlen_balanced_partitions, sized_lower_bound
-from mindspeed_rl.utils.workload import OBJECTIVES, WorkloadModel, sequence_workloads
+from mindspeed_rl.balance.seqlen_balancing import METHODS, get_seqlen_balanced_partitions, sized_lower_bound
+from mindspeed_rl.balance.workload import OBJECTIVES, WorkloadModel, sequence_workloads
 
 PROG = "balance_report"
 DEFAULT_SEED = 1234

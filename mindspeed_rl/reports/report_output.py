@@ -26,7 +26,7 @@ class PlanReport:
     iteration: Optional[int] = None
     consumer: Optional[str] = None
     lower_bound: Optional[float] = None  # lower bound on the heaviest load, when known
-    balanced: bool = True  # False: 'after' is a split served without balance (e.g. actor_rollout, guarantee_order)
+    balanced: bool = True  # False: 'after' is a split served without balance (e.g. actor_rollout, rollout_balance static)
     served: Optional[str] = None  # 'queue': the rollout queue's measured busy seconds, before = the static split replayed
     extra: Dict[str, object] = field(default_factory=dict)
 

@@ -10,7 +10,7 @@ Consecutive DP stages on one worker group whose round plans coincide (the
 reference and old log-probs when balanced) run together: one ``StageGroup``,
 one dispatch, one call per rank, one put.
 
-A queued stage (rollout, unless ``rl_config.guarantee_order``) has no plan: the
+A queued stage (rollout, unless ``rl_config.rollout_balance`` is 'static') has no plan: the
 round's rows go into one queue that every engine of the worker group draws from
 (``run_queued_stage``), and the dock writes each row where it belongs whichever
 engine made it.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Sequence, Tuple, Union
 
 from mindspeed_rl.algorithms import DRIVER_STAGES
-from mindspeed_rl.trainer.utils.rollout_balance import rollout_figures
+from mindspeed_rl.balance.rollout_figures import rollout_figures
 
 if TYPE_CHECKING:
     from mindspeed_rl.config_cls.run_plan import StagePlan

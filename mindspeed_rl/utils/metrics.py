@@ -6,7 +6,7 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
-from mindspeed_rl.utils.seqlen_balancing import balance_key, imbalance  # noqa: F401  (re-exported: one definition)
+from mindspeed_rl.balance.seqlen_balancing import balance_key, imbalance  # noqa: F401  (re-exported: one definition)
 
 
 def _check_key(key) -> None:

@@ -15,7 +15,7 @@ from mindspeed_rl.config_cls.base_config import BaseConfig
 from mindspeed_rl.models.device import get_device, get_dist_backend
 from mindspeed_rl.data.columnar import ColumnBatch, cpu_batch
 from mindspeed_rl.workers.parallel_state import ParallelState
-from mindspeed_rl.utils.rollout_queue import LocalSource, RolloutQueue
+from mindspeed_rl.balance.rollout_queue import LocalSource, RolloutQueue
 from mindspeed_rl.workers.rollout_source import RaySource
 
 

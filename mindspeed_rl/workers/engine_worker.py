@@ -14,7 +14,7 @@ from mindspeed_rl.models.lr_schedule import lr_at
 from mindspeed_rl.utils.checkpoint import CheckpointError, capture_rng, restore_rng
 from mindspeed_rl.utils.dist_sync import all_reduce_scalar, sync_micro_batch_count
 from mindspeed_rl.utils.error_cause import failure_text, named_failure
-from mindspeed_rl.utils.seqlen_balancing import rearrange_micro_batches
+from mindspeed_rl.balance.seqlen_balancing import rearrange_micro_batches
 from mindspeed_rl.utils.utils import seed_all
 from mindspeed_rl.workers.base_worker import BaseWorker
 

@@ -13,7 +13,7 @@ from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.rollout import make_backend
 from mindspeed_rl.models.rollout.drift import rollout_drift
 from mindspeed_rl.models.rollout.results import Served
-from mindspeed_rl.utils.rollout_queue import LocalSource, RolloutQueue
+from mindspeed_rl.balance.rollout_queue import LocalSource, RolloutQueue
 from mindspeed_rl.agent.conversation import turn_state_row
 from mindspeed_rl.agent.metrics import turn_counts
 from mindspeed_rl.utils.checkpoint import DCP_DIR, RNG_DIR
@@ -70,7 +70,7 @@ class IntegratedWorker(EngineWorker):
         return lambda row: rollout_seed(base, iteration, row)
 
     def generate_sequences(self, batches, shares, iteration: int = 0, **_):
-        """Rollout of this rank's fixed shares (``rl_config.guarantee_order``). The HF backend seeds a share
+        """Rollout of this rank's fixed shares (``rl_config.rollout_balance: static``). The HF backend seeds a share
         by its first row, vLLM every row by its own seed, so runs repeat and resume exactly."""
         start = time.perf_counter()
         seed_of, sampling = self._seed_of(iteration), self.run_plan.worker.sampling

@@ -7,7 +7,7 @@ from typing import Optional
 
 import ray
 
-from mindspeed_rl.utils.rollout_queue import rows_of
+from mindspeed_rl.balance.rollout_queue import rows_of
 
 
 class QueueTimeoutError(TimeoutError):

@@ -144,3 +144,12 @@ def test_stored_edit_without_its_final_newline_is_recounted(tmp_path, pre, post)
     # cut before the final newline (an editor that drops it): the same edit, as far as the text goes
     assert build_series.normalize_edit(spoiled[:-1], "a/f", pre.decode()) == want[:-1]
     assert build_series.normalize_edit(want[:-1], "a/f", None) == want[:-1]
+
+
+def test_rehome_rewrites_every_path_and_refuses_a_file_without_one():
+    rehome = spec.Rehome("pkg.home.", "pkg.utils.", "modules sit in utils")
+    text = "from pkg.home.a import x\nfrom pkg.home.b import y\nz = 'pkg.homely'\n"
+    assert build_series.adapt(text, _pkg(rehome), "abc1234", None) == (
+        "from pkg.utils.a import x\nfrom pkg.utils.b import y\nz = 'pkg.homely'\n")
+    msg = _refusal("import numpy\n", _pkg(rehome))
+    assert "abc1234: pkg/m.py: adaptation 1 (modules sit in utils)" in msg and "'pkg.home.'" in msg

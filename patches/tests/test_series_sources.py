@@ -68,21 +68,21 @@ def copy_package(tmp_path):
 
 def test_check_fails_on_package_drift(tmp_path):
     pkg = copy_package(tmp_path)
-    target = pkg / "mindspeed_rl" / "utils" / "partition_exact.py"
+    target = pkg / "mindspeed_rl" / "balance" / "partition_exact.py"
     lines = target.read_text(encoding="utf-8").split("\n")
     k = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith(("#", '"""')))
     lines[k] += "  # drift"
     target.write_text("\n".join(lines), encoding="utf-8")
     res = run_build("--check", "--package", pkg)
     assert res.returncode == 1, res.stdout + res.stderr
-    assert "mindspeed_rl/utils/partition_exact.py" in res.stderr
+    assert "mindspeed_rl/utils/partition_exact.py" in res.stderr  # the patched file, at its upstream path
     for commit in series_spec.SERIES:
         assert f"{commit}/0001" in res.stderr, f"series {commit} not reported"
 
 
 def test_adaptation_that_no_longer_matches_fails(tmp_path):
     pkg = copy_package(tmp_path)
-    target = pkg / "mindspeed_rl" / "utils" / "seqlen_balancing.py"
+    target = pkg / "mindspeed_rl" / "balance" / "seqlen_balancing.py"
     text = target.read_text(encoding="utf-8")
     old = "def rearrange_micro_batches(seqlen_list, max_token_len: int,\n"
     assert text.count(old) == 1
@@ -90,7 +90,7 @@ def test_adaptation_that_no_longer_matches_fails(tmp_path):
                       encoding="utf-8")
     res = run_build("--check", "--package", pkg)
     assert res.returncode == 1
-    assert "mindspeed_rl/utils/seqlen_balancing.py: adaptation" in res.stderr
+    assert "mindspeed_rl/balance/seqlen_balancing.py: adaptation" in res.stderr
     assert "found 0 times" in res.stderr
 
 
@@ -99,9 +99,14 @@ def test_adaptations_declared_once_each():
         for a in pkg.adaptations:
             assert a.why.strip(), f"{commit}: {pkg.path}: adaptation without a reason"
     assert {pkg.path for _, _, pkg in PACKAGE_FILES} == {
+        "mindspeed_rl/balance/seqlen_balancing.py", "mindspeed_rl/balance/partition_refine.py",
+        "mindspeed_rl/balance/partition_exact.py", "mindspeed_rl/balance/workload.py",
+        "mindspeed_rl/utils/dist_sync.py", "mindspeed_rl/balance/balance_plan.py"}
+    # the balancer lands at upstream's utils paths
+    assert {pkg.target for _, _, pkg in PACKAGE_FILES if pkg.path.startswith("mindspeed_rl/balance/")} == {
         "mindspeed_rl/utils/seqlen_balancing.py", "mindspeed_rl/utils/partition_refine.py",
         "mindspeed_rl/utils/partition_exact.py", "mindspeed_rl/utils/workload.py",
-        "mindspeed_rl/utils/dist_sync.py", "mindspeed_rl/data/balance_plan.py"}
+        "mindspeed_rl/trainer/utils/balance_plan.py"}
     # the plan lands at upstream's path of the dock's helpers
     assert {pkg.target for _, _, pkg in PACKAGE_FILES if pkg.path.endswith("balance_plan.py")} == {
         "mindspeed_rl/trainer/utils/balance_plan.py"}

@@ -77,7 +77,7 @@ def test_verl_patch_static_checks(patch, tmp_path):
 
 def _copy_package(tmp_path):
     shutil.copytree(REPO / "mindspeed_rl", tmp_path / "mindspeed_rl", ignore=shutil.ignore_patterns("__pycache__"))
-    return tmp_path / "mindspeed_rl" / "utils"
+    return tmp_path / "mindspeed_rl" / "balance"
 
 
 def test_check_fails_on_drift_of_a_verl_file(tmp_path):
@@ -93,14 +93,14 @@ def test_check_fails_on_drift_of_a_verl_file(tmp_path):
 def test_check_fails_when_a_verl_adaptation_stops_matching(tmp_path):
     target = _copy_package(tmp_path) / "seqlen_balancing.py"
     text = target.read_text(encoding="utf-8")
-    old = "from mindspeed_rl.utils.partition_refine import "
+    old = "from mindspeed_rl.balance.partition_refine import "
     assert text.count(old) == 1
-    target.write_text(text.replace(old, "from mindspeed_rl.utils import partition_refine\nfrom x import "),
+    target.write_text(text.replace(old, "from mindspeed_rl.balance import partition_refine\nfrom x import "),
                       encoding="utf-8")
     res = subprocess.run([sys.executable, str(BUILD), "--check", "--package", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 1
-    assert f"{VERSION}: mindspeed_rl/utils/seqlen_balancing.py: adaptation" in res.stderr
+    assert f"{VERSION}: mindspeed_rl/balance/seqlen_balancing.py: adaptation" in res.stderr
     assert "the helpers sit in verl.utils" in res.stderr
 
 
@@ -264,7 +264,7 @@ def _qwen_config(tmp_path):
 def test_workload_uses_model_dims(modules, tmp_path, monkeypatch):
     orig, patched = modules
     sys.path.insert(0, str(REPO))
-    from mindspeed_rl.utils.workload import WorkloadModel
+    from mindspeed_rl.balance.workload import WorkloadModel
 
     lens = torch.tensor([1, 100, 4096])
     assert torch.equal(patched.calculate_workload(lens), orig.calculate_workload(lens))  # no model: 7B constant

@@ -18,7 +18,7 @@ import numpy as np
 WORK = os.environ.get("MUTATION_WORK", os.path.join(os.path.dirname(__file__), "..", "..", ".mutation"))
 sys.path.insert(0, os.path.join(WORK, "partition_refine", "mutants"))
 os.environ["MUTANT_UNDER_TEST"] = ""
-from mindspeed_rl.utils import partition_refine as pr  # noqa: E402
+from mindspeed_rl.balance import partition_refine as pr  # noqa: E402
 
 
 def cases():

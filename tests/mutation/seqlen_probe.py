@@ -18,7 +18,7 @@ import numpy as np
 WORK = os.environ.get("MUTATION_WORK", os.path.join(os.path.dirname(__file__), "..", "..", ".mutation"))
 sys.path.insert(0, os.path.join(WORK, "seqlen_balancing", "mutants"))
 os.environ["MUTANT_UNDER_TEST"] = ""
-from mindspeed_rl.utils import seqlen_balancing as sb  # noqa: E402
+from mindspeed_rl.balance import seqlen_balancing as sb  # noqa: E402
 
 
 def cases():

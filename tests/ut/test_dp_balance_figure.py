@@ -15,7 +15,7 @@ IMAGES = os.path.join(ROOT, "sources", "images", "remove_padding")
 PNG = os.path.join(IMAGES, "dp_balance.png")
 DATA = os.path.join(IMAGES, "dp_balance.json")
 # docs that show the picture: (file, a phrase of the paragraph that quotes its numbers)
-DOCS = [(os.path.join(ROOT, "docs", "features", "remove_padding.md"), "draw_dp_balance.py")]
+DOCS = [(os.path.join(ROOT, "docs", "features", "dp_batch_balance.md"), "draw_dp_balance.py")]
 
 
 def _script():

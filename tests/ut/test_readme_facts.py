@@ -96,7 +96,7 @@ def test_the_layout_table_names_every_trainer_and_worker():
                 if f.endswith("_trainer_hybrid.py")}
     assert trainers and trainers <= paths
     assert "mindspeed_rl/workers/critic_worker.py" in paths
-    assert {"mindspeed_rl/utils/rollout_queue.py", "mindspeed_rl/workers/rollout_source.py"} <= paths
+    assert {"mindspeed_rl/balance/rollout_queue.py", "mindspeed_rl/workers/rollout_source.py"} <= paths
 
 
 def test_the_keys_table_says_nothing_stale_about_moe_or_rollout():

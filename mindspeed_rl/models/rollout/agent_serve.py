@@ -9,7 +9,7 @@ import torch
 
 from mindspeed_rl.agent.conversation import CUT, Conversation
 from mindspeed_rl.models.rollout.results import CARRIED_TURN, ROLLOUT_BUDGET, Served
-from mindspeed_rl.utils import rollout_queue
+from mindspeed_rl.balance import rollout_queue
 
 
 def turn_seed(seed: int, turn: int) -> int:

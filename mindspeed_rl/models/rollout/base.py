@@ -6,7 +6,7 @@ from torch import Tensor
 
 from mindspeed_rl.models.rollout.results import (  # noqa: F401  (the backends' names)
     CARRIED_TURN, ROLLOUT_BUDGET, TURN_STATE, RolloutResult, Served)
-from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT
+from mindspeed_rl.balance.rollout_queue import COMPLETE, CUT
 
 
 def row_state(response: Tensor, budget: Optional[int], eos_id: Optional[int]) -> int:
@@ -30,7 +30,7 @@ class RolloutBackend:
 
     def serve(self, source, sampling, seed_of: Callable[[int], int], eos_id: Optional[int], pad_id: Optional[int],
               chunk: int, clock=time.perf_counter) -> Served:
-        """Rows from ``source`` (utils/rollout_queue.py's interface) until it is drained, one ``generate`` per
+        """Rows from ``source`` (balance/rollout_queue.py's interface) until it is drained, one ``generate`` per
         take of ``chunk`` rows; row r samples with ``seed_of(r)``."""
         out = Served(log_probs=None)
         begin = clock()

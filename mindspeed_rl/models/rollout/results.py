@@ -25,7 +25,7 @@ class RolloutResult:
 class Served:
     """What one consumer of the rollout queue made: its rows (in the order they finished), their responses
     (and rollout log-probs), each row's latency in the engine, the engine's trace records
-    ``(steps, live, prefill, seconds)`` (utils/rollout_cost.py) and its busy seconds."""
+    ``(steps, live, prefill, seconds)`` (balance/rollout_cost.py) and its busy seconds."""
     rows: List[int] = field(default_factory=list)
     prompt_lengths: List[int] = field(default_factory=list)
     responses: List[Tensor] = field(default_factory=list)

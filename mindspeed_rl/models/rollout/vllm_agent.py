@@ -6,7 +6,7 @@ taking rows from the queue meanwhile, so it waits only when every row it holds i
 Routing of the next turn: sticky (the engine that ran the conversation's earlier turns runs the next) unless the
 queue's round hands turns off (``source.handoff``, rl_config.multi_turn_routing=free): then a conversation whose
 answers are in goes back to the queue with the engine's next take, and the queue hands it to the engine running
-fewest rows (utils/rollout_queue.py), which prefills its prompt and response so far."""
+fewest rows (balance/rollout_queue.py), which prefills its prompt and response so far."""
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Dict, List, Tuple
@@ -14,7 +14,7 @@ from typing import Dict, List, Tuple
 from mindspeed_rl.agent.conversation import Conversation
 from mindspeed_rl.models.rollout.agent_serve import conversations, finish, turn_seed
 from mindspeed_rl.models.rollout.results import Served
-from mindspeed_rl.utils.rollout_queue import RUNNING, WAITING
+from mindspeed_rl.balance.rollout_queue import RUNNING, WAITING
 
 IDLE_POLL = 0.005  # seconds between asks of an engine with nothing to run while other engines hold conversations
 TURN_POLL = 0.02   # free routing, no fresh rows left: seconds between asks of a running engine for handed turns

@@ -16,7 +16,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from mindspeed_rl.models.rollout.base import ROLLOUT_BUDGET, RolloutBackend, RolloutResult, Served
-from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT, RUNNING
+from mindspeed_rl.balance.rollout_queue import COMPLETE, CUT, RUNNING
 from mindspeed_rl.utils.token_ids import token_ids
 
 _MIB = 2 ** 20

@@ -20,7 +20,7 @@ import torch
 from mindspeed_rl.config_cls.stages import ROLLOUT
 from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.trainer.stage_runner import StageGroup
-from mindspeed_rl.trainer.utils.rollout_balance import rollout_figures
+from mindspeed_rl.balance.rollout_figures import rollout_figures
 
 PIPELINE_FILE = "rollout_pipeline.pt"
 
@@ -31,7 +31,7 @@ class Launched:
     index: int      # the batch's place in the data (1, 2, ...): its rollout seeds and round follow it
     version: int    # the weights that sample it
     dock: DriverDock
-    queued: object  # its QueueRound (None: fixed shares, rl_config.guarantee_order)
+    queued: object  # its QueueRound (None: fixed shares, rl_config.rollout_balance 'static')
     pending: object
     loads: list     # weight loads sent before it (waited for with it)
 

@@ -22,7 +22,7 @@ from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.trainer.modes.pipeline import Made, RolloutPipeline, engine_spans
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics
-from mindspeed_rl.trainer.utils.rollout_balance import rollout_figures
+from mindspeed_rl.balance.rollout_figures import rollout_figures
 
 
 @dataclass

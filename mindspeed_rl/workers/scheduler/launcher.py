@@ -12,7 +12,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from mindspeed_rl.utils.error_cause import BRIEF_CHARS, brief  # noqa: F401  (the launcher's names too)
-from mindspeed_rl.utils.rollout_queue import RolloutQueue
+from mindspeed_rl.balance.rollout_queue import RolloutQueue
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.parallel_state import ParallelState
 from mindspeed_rl.workers.upstream_io import UpstreamGroupIO

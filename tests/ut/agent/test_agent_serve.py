@@ -16,7 +16,7 @@ from mindspeed_rl.models.rollout.agent_serve import serve_blocking, turn_seed
 from mindspeed_rl.models.rollout.results import RolloutResult
 from mindspeed_rl.models.rollout.vllm_agent import serve_conversations
 from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
-from mindspeed_rl.utils.rollout_queue import COMPLETE, LocalSource, RolloutQueue
+from mindspeed_rl.balance.rollout_queue import COMPLETE, LocalSource, RolloutQueue
 from tests.ut.agent.fakes import TOK, Parser, Tool
 
 EOS = TOK.convert_tokens_to_ids("<|im_end|>")
@@ -289,7 +289,7 @@ class HandoffSource:
         return True
 
     def poll(self, block=False):
-        from mindspeed_rl.utils.rollout_queue import Rows
+        from mindspeed_rl.balance.rollout_queue import Rows
         if not self._asked:
             return None
         self._asked = False

@@ -13,7 +13,7 @@ from mindspeed_rl.models.rollout.results import RolloutResult
 from mindspeed_rl.models.rollout.vllm_agent import serve_conversations
 from mindspeed_rl.trainer.utils.carried_turns import PASS_COLUMNS
 from mindspeed_rl.trainer.utils.carry_pool import CarryPool
-from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT, LocalSource, RolloutQueue
+from mindspeed_rl.balance.rollout_queue import COMPLETE, CUT, LocalSource, RolloutQueue
 from mindspeed_rl.workers.integrated_worker import IntegratedWorker
 from tests.ut.agent.fakes import TOK, Tool
 from tests.ut.agent.test_agent_serve import EOS, SCRIPT, _agent, _row_turn, _vllm, seed_of

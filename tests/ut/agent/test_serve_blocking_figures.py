@@ -7,7 +7,7 @@ import torch
 from mindspeed_rl.agent.conversation import ANSWERED
 from mindspeed_rl.models.rollout.agent_serve import serve_blocking, turn_seed
 from mindspeed_rl.models.rollout.results import RolloutResult
-from mindspeed_rl.utils.rollout_queue import RolloutQueue
+from mindspeed_rl.balance.rollout_queue import RolloutQueue
 from tests.ut.agent.test_agent_serve import EOS, SCRIPT, ScriptedGenerate, _agent, _row_turn, _source, \
     _turn_tokens, seed_of
 from tests.ut.agent.test_vllm_agent_figures import Counter

@@ -10,7 +10,7 @@ import pytest
 from mindspeed_rl.agent.conversation import ANSWERED, MAX_TOOL_CALLS
 from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
 from mindspeed_rl.models.rollout.vllm_agent import serve_conversations
-from mindspeed_rl.utils.rollout_queue import COMPLETE, RUNNING, LocalSource, RolloutQueue
+from mindspeed_rl.balance.rollout_queue import COMPLETE, RUNNING, LocalSource, RolloutQueue
 from tests.ut.agent.fakes import Tool
 from tests.ut.agent.test_agent_serve import EOS, SCRIPT, Clock, HandoffSource, TurnEngine, _agent, _source, \
     _turn_tokens, _vllm, seed_of

@@ -46,8 +46,8 @@ def test_free_routing_on_vllm_loads_the_queue_with_handoff():
      "generate_config.rollout_backend=vllm, or multi_turn_routing=sticky)"),
     ([*VLLM, "rl_config.multi_turn_routing=free", "rl_config.guarantee_order=true"],
      "error: rl_config.multi_turn_routing='free' hands a conversation's next turn to another vLLM engine through "
-     "the rollout queue; this run serves fixed shares (rl_config.guarantee_order=true): set guarantee_order=false, "
-     "or multi_turn_routing=sticky"),
+     "the rollout queue; this run serves fixed shares (rl_config.rollout_balance=static, upstream's "
+     "guarantee_order=true): set rollout_balance=queue, or multi_turn_routing=sticky"),
     (["rl_config.multi_turn_routing=fre"],
      "error: rl_config.multi_turn_routing='fre' is not one of ['sticky', 'free'] (did you mean 'free'?)"),
 ])

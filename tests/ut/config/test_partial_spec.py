@@ -10,7 +10,7 @@ GEN = SimpleNamespace(sampling_config={"max_tokens": 8})
 
 def _rl(**kw):
     base = dict(partial_rollout_max_split=2, async_engine=False, require_max_age_all_finished=True,
-                guarantee_order=False, filter_groups_enable=False)
+                rollout_balance="queue", filter_groups_enable=False)
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -21,7 +21,7 @@ def test_the_spec_carries_every_setting():
     assert partial_spec(_rl(), GEN, 4) == PartialSpec(2, 8, 4, 8, async_engine=False, max_age_finished=True)
     assert partial_spec(_rl(partial_rollout_max_split=8), GEN, 4).pass_tokens == 1  # N = max_tokens: one each
     assert partial_spec(_rl(partial_rollout_max_split=3), GEN, 4).pass_tokens == 3
-    assert partial_spec(_rl(partial_rollout_max_split=1, guarantee_order=True), GEN, 4) is None
+    assert partial_spec(_rl(partial_rollout_max_split=1, rollout_balance="static"), GEN, 4) is None
 
 
 def test_the_plan_line_says_budget_pool_and_async():
@@ -40,7 +40,8 @@ def test_the_plan_line_says_budget_pool_and_async():
     (dict(partial_rollout_max_split=0), "rl_config.partial_rollout_max_split=0 must be an int >= 1 (1: off)"),
     (dict(async_engine="yes"), "rl_config.async_engine='yes' must be true or false"),
     (dict(require_max_age_all_finished=1), "rl_config.require_max_age_all_finished=1 must be true or false"),
-    (dict(guarantee_order=True), "rl_config.guarantee_order must be false when partial_rollout_max_split > 1 "
+    (dict(rollout_balance="static"), "rl_config.rollout_balance must be 'queue' (guarantee_order false) when "
+     "partial_rollout_max_split > 1 "
                                  "(carried rows continue on whichever engine takes them from the rollout queue)"),
     (dict(partial_rollout_max_split=9), "rl_config.partial_rollout_max_split=9 exceeds sampling_config.max_tokens=8: "
                                         "a pass must make at least one token"),

@@ -51,7 +51,8 @@ def test_bypass_mode_skips_the_old_log_probs_and_the_correction_stage():
 
 
 @pytest.mark.parametrize("overrides,match", [
-    (("rl_config.partial_rollout_max_split=2", "rl_config.guarantee_order=true"), "guarantee_order must be false"),
+    (("rl_config.partial_rollout_max_split=2", "rl_config.guarantee_order=true"),
+     r"rollout_balance must be 'queue' \(guarantee_order false\)"),
     (("rl_config.partial_rollout_max_split=0",), "must be an int >= 1"),
     (("rl_config.partial_rollout_max_split=11",), "exceeds sampling_config.max_tokens=10"),
     (("rl_config.rollout_correction={rollout_is: tokens}",), "rollout_is='tokens'"),

@@ -15,7 +15,7 @@ import mindspeed_rl.trainer.dapo_trainer_hybrid as dapo
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.stages import FILTER, REF, TRAIN
-from mindspeed_rl.utils.rollout_queue import RolloutQueue
+from mindspeed_rl.balance.rollout_queue import RolloutQueue
 from mindspeed_rl.workers.parallel_state import ParallelState
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"

@@ -10,7 +10,7 @@ import torch
 from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
 from mindspeed_rl.models.rollout.base import RolloutBackend, RolloutResult
 from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
-from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT, RUNNING, LocalSource, RolloutQueue, StopRule
+from mindspeed_rl.balance.rollout_queue import COMPLETE, CUT, RUNNING, LocalSource, RolloutQueue, StopRule
 
 LENGTHS = [5, 1, 3, 8, 2, 2, 6, 1, 4, 7]  # response tokens of row r (the stand-ins read it from the seed)
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import torch
 
-from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT, RUNNING, Rows
+from mindspeed_rl.balance.rollout_queue import COMPLETE, CUT, RUNNING, Rows
 
 from ut.models.test_vllm_backend_unit import _rollout, _spec, fake_vllm  # noqa: F401  (the fixture)
 

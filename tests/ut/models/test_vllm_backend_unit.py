@@ -335,7 +335,7 @@ class Scripted:
 
 
 def _served(returns_log_probs):
-    from mindspeed_rl.utils.rollout_queue import Rows
+    from mindspeed_rl.balance.rollout_queue import Rows
     rollout = _rollout(returns_log_probs)
     rollout.settings = _spec(max_num_seqs=2, logprobs=0 if returns_log_probs else None)
     rollout.llm = SimpleNamespace(llm_engine=Engine())

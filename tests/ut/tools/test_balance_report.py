@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mindspeed_rl.reports import balance_report as br
-from mindspeed_rl.utils.workload import WorkloadModel
+from mindspeed_rl.balance.workload import WorkloadModel
 
 # long-tail lengths: 16 GRPO groups of 4 samples, a few very long responses
 LONG_TAIL_RESPONSES = [

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.data.balance_plan import BalancePlanner
+from mindspeed_rl.balance.balance_plan import BalancePlanner
 from mindspeed_rl.utils.metrics import Metric
-from mindspeed_rl.utils.seqlen_balancing import get_seqlen_balanced_partitions
-from mindspeed_rl.utils.workload import WorkloadModel
+from mindspeed_rl.balance.seqlen_balancing import get_seqlen_balanced_partitions
+from mindspeed_rl.balance.workload import WorkloadModel
 
 # token counts of 12 units of two rows each (a unit: a GRPO group of n = 2)
 LENGTHS = torch.tensor([[50, 3], [7, 7], [90, 1], [2, 2], [30, 31], [5, 60], [8, 1], [40, 40], [3, 4], [12, 11],

@@ -68,7 +68,7 @@ def test_the_correction_stage_writes_weights_and_kept_tokens_per_row():
 
 
 def test_a_stoppable_round_takes_the_rows_it_served_and_only_those():
-    from mindspeed_rl.utils.rollout_queue import StopRule
+    from mindspeed_rl.balance.rollout_queue import StopRule
     dock = DriverDock(4, N, run_plan=_plan())
     dock.put_experience({"prompts": [torch.arange(2)] * 4, "prompt_length": torch.tensor([2] * 4)}, [0, 1, 2, 3])
     rule = StopRule(1, [False] * 4, [False] * 4)

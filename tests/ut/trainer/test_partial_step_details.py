@@ -9,7 +9,7 @@ import torch
 from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS
 from mindspeed_rl.trainer import partial_rollout
 from mindspeed_rl.trainer.modes import sync
-from mindspeed_rl.utils.rollout_queue import StopRule
+from mindspeed_rl.balance.rollout_queue import StopRule
 from ut.trainer.test_partial_rollout_step import Trainer
 
 

@@ -7,7 +7,7 @@ from mindspeed_rl.config_cls import build_configs, load_config
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
 from mindspeed_rl.config_cls.stages import TRAIN
 from mindspeed_rl.data.driver_dock import DriverDock as Dock
-from mindspeed_rl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+from mindspeed_rl.balance.seqlen_balancing import get_seqlen_balanced_partitions
 
 COLS = ["prompts", "responses", "prompt_length", "response_length"]
 

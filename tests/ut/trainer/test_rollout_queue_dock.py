@@ -10,10 +10,10 @@ from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
 from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
 from mindspeed_rl.config_cls.stages import ROLLOUT
 from mindspeed_rl.trainer.stage_runner import StageGroup
-from mindspeed_rl.trainer.utils.rollout_balance import queue_figures, rollout_figures, static_calls
+from mindspeed_rl.balance.rollout_figures import queue_figures, rollout_figures, static_calls
 from mindspeed_rl.data.driver_dock import DriverDock
-from mindspeed_rl.utils.rollout_cost import StepCost, fit_step_cost, simulate_queue, simulate_static
-from mindspeed_rl.utils.seqlen_balancing import imbalance
+from mindspeed_rl.balance.rollout_cost import StepCost, fit_step_cost, simulate_queue, simulate_static
+from mindspeed_rl.balance.seqlen_balancing import imbalance
 
 N = 2  # samples per prompt
 

@@ -9,8 +9,8 @@ import torch
 
 from mindspeed_rl.compat.transfer_dock import PullDock as Dock
 from mindspeed_rl.data.columnar import ColumnBatch
-from mindspeed_rl.utils.seqlen_balancing import balance_stats, get_seqlen_balanced_partitions
-from mindspeed_rl.utils.workload import WorkloadModel
+from mindspeed_rl.balance.seqlen_balancing import balance_stats, get_seqlen_balanced_partitions
+from mindspeed_rl.balance.workload import WorkloadModel
 
 COLS = ["responses", "prompt_length", "response_length"]
 
@@ -86,7 +86,7 @@ def test_one_plan_per_round():
     calls = []
     original = get_seqlen_balanced_partitions
 
-    import mindspeed_rl.data.balance_plan as bp
+    import mindspeed_rl.balance.balance_plan as bp
     def counting(*args, **kwargs):
         calls.append(args[1])
         return original(*args, **kwargs)

@@ -9,8 +9,8 @@ from mindspeed_rl.config_cls.stages import OLD, SEQ_COLUMNS, TRAIN
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.utils.metrics import Metric
-from mindspeed_rl.utils.seqlen_balancing import get_seqlen_balanced_partitions
-from mindspeed_rl.utils.workload import WorkloadModel
+from mindspeed_rl.balance.seqlen_balancing import get_seqlen_balanced_partitions
+from mindspeed_rl.balance.workload import WorkloadModel
 
 DP = 2
 

@@ -4,7 +4,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from mindspeed_rl.utils.dist_sync import sync_micro_batch_count
-from mindspeed_rl.utils.seqlen_balancing import rearrange_micro_batches
+from mindspeed_rl.balance.seqlen_balancing import rearrange_micro_batches
 
 
 def _worker(rank, world, init_file, out_dir):

@@ -6,7 +6,7 @@ from mindspeed_rl.config_cls.run_plan import StagePlan
 from mindspeed_rl.config_cls.stages import TRAIN
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.data.driver_dock import QueueRound
-from mindspeed_rl.utils.rollout_queue import StopRule
+from mindspeed_rl.balance.rollout_queue import StopRule
 from mindspeed_rl.workers.scheduler import launcher
 from ut.workers.test_launcher_group import FakeRay, Worker, _plan
 

@@ -13,7 +13,7 @@ import mindspeed_rl.workers.rollout_source as rs
 from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
 from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS, TRAIN
 from mindspeed_rl.trainer.stage_runner import StageGroup
-from mindspeed_rl.utils.rollout_queue import RolloutQueue
+from mindspeed_rl.balance.rollout_queue import RolloutQueue
 from mindspeed_rl.workers.parallel_state import ParallelState
 from ut.workers.test_integrated_worker import RecordingEngine, _setup
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.utils.workload import WorkloadModel, sequence_workloads
+from mindspeed_rl.balance.workload import WorkloadModel, sequence_workloads
 
 
 def _dense_ratio(h, layers, heads, ffn, kv_heads=None, vocab=0, head_dim=None):

@@ -1,4 +1,4 @@
-"""The rollout queue's take rule (utils/rollout_queue.py): chunks, fair continuous takes, probes, evidence,
+"""The rollout queue's take rule (balance/rollout_queue.py): chunks, fair continuous takes, probes, evidence,
 the dealt first wave, memoised takes, and the prompt-length prior."""
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.utils.rollout_queue import LocalSource, PromptLengths, RolloutQueue, Take
+from mindspeed_rl.balance.rollout_queue import LocalSource, PromptLengths, RolloutQueue, Take
 
 
 def _drain(queue, consumers, want, key=1, progress=None, max_rounds=10_000):

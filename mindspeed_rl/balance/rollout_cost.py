@@ -175,11 +175,11 @@ def simulate_static(prompt_lens, response_lens, calls: Sequence[Sequence[Sequenc
 def simulate_queue(prompt_lens, response_lens, order: Sequence[int], consumers: int, cost: StepCost,
                    mode: str = CONTINUOUS, cap: Optional[int] = None, chunk: Optional[int] = None,
                    take_cap: Optional[int] = None, groups=None, prior=None) -> Replay:
-    """``consumers`` engines pull ``order`` (row ids) from one ``RolloutQueue`` (utils/rollout_queue.py, the
+    """``consumers`` engines pull ``order`` (row ids) from one ``RolloutQueue`` (balance/rollout_queue.py, the
     queue the workers use: ``groups`` and ``prior`` per position as its ``load`` takes them): continuous
     engines ask for their free slots after every finishing step and report their rows' progress; chunked
     engines take the next chunk when their generate ends. Ties go to the lower engine index."""
-    from mindspeed_rl.utils.rollout_queue import RolloutQueue
+    from mindspeed_rl.balance.rollout_queue import RolloutQueue
     prompt, resp = _lengths(prompt_lens, response_lens)
     _check_mode(mode, cap)
     if mode == CHUNKS and (chunk is None or chunk < 1):

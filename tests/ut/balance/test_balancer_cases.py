@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.utils import seqlen_balancing as sb
+from mindspeed_rl.balance import seqlen_balancing as sb
 
 
 def _loads(w, parts):

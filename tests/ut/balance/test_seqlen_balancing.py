@@ -5,10 +5,10 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from mindspeed_rl.utils.seqlen_balancing import (
+from mindspeed_rl.balance.seqlen_balancing import (
     balance_stats, get_seqlen_balanced_partitions, greedy_rounds, heapq_partition,
     karmarkar_karp, rearrange_micro_batches, sized_lower_bound)
-from mindspeed_rl.utils.partition_refine import load_lower_bound, refine_assignment
+from mindspeed_rl.balance.partition_refine import load_lower_bound, refine_assignment
 
 
 def _assert_cover(parts, n, k):

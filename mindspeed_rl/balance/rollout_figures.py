@@ -3,8 +3,8 @@
 Each consumer reports its busy seconds, the rows it made with their latencies, and its engine's trace records.
 From them: the imbalance over the engines (slowest busy time / mean - 1), the bound (max of the mean busy time
 and the longest row; no split of the round ends earlier) and the distance to it; and, replayed through the step
-cost fitted to the same records (utils/rollout_cost.py), what the static split (a seeded random split into fixed
-shares, ``rl_config.guarantee_order``) would have taken on the same rows, next to the replayed queue (how close
+cost fitted to the same records (rollout_cost.py), what the static split (a seeded random split into fixed
+shares, ``rl_config.rollout_balance: static``) would have taken on the same rows, next to the replayed queue (how close
 the replay comes to the measured round). A multi-turn round (consumers report ``tools``: seconds their rows waited
 on tools, and those the engine stepped meanwhile) adds the engines' busy fraction while tools ran and the tools'
 share of the stage; it is not replayed (the step cost knows no tool time).
@@ -13,9 +13,9 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from mindspeed_rl.utils.rollout_cost import CHUNKS, CONTINUOUS, balance_bound, fit_step_cost, simulate_queue, \
+from mindspeed_rl.balance.rollout_cost import CHUNKS, CONTINUOUS, balance_bound, fit_step_cost, simulate_queue, \
     simulate_static
-from mindspeed_rl.utils.seqlen_balancing import balance_key, imbalance
+from mindspeed_rl.balance.seqlen_balancing import balance_key, imbalance
 
 
 def static_calls(split: Sequence[Sequence[int]], engines: int) -> List[List[List[int]]]:

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mindspeed_rl.utils.cost_model import (CostModel, micro_batch_features, prediction_error, r2_score,
+from mindspeed_rl.balance.cost_model import (CostModel, micro_batch_features, prediction_error, r2_score,
                                            rank_features, simulate_step_time, split_groups)
 
 

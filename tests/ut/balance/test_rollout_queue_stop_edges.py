@@ -1,6 +1,6 @@
 """The stoppable round's edges: a row reported complete twice in separate reports counts once, two-field
 reports (no state) never complete a row, and a consumer may ask without a progress callback."""
-from mindspeed_rl.utils.rollout_queue import COMPLETE, LocalSource, RolloutQueue, StopRule
+from mindspeed_rl.balance.rollout_queue import COMPLETE, LocalSource, RolloutQueue, StopRule
 
 
 def _queue():

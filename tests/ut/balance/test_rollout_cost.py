@@ -1,8 +1,8 @@
-"""The rollout step-cost fit and replay (utils/rollout_cost.py), against hand-worked rounds."""
+"""The rollout step-cost fit and replay (balance/rollout_cost.py), against hand-worked rounds."""
 import numpy as np
 import pytest
 
-from mindspeed_rl.utils.rollout_cost import StepCost, balance_bound, fit_step_cost, simulate_queue, simulate_static
+from mindspeed_rl.balance.rollout_cost import StepCost, balance_bound, fit_step_cost, simulate_queue, simulate_static
 
 STEPS = StepCost(1.0, 0.0, 0.0)  # one second a step, whatever runs in it
 
@@ -138,7 +138,7 @@ def test_a_groups_probe_is_its_evidence_in_the_replay():
 
 
 def test_the_replay_reports_each_running_rows_tokens_so_far(monkeypatch):
-    from mindspeed_rl.utils import rollout_queue
+    from mindspeed_rl.balance import rollout_queue
     reports, real = [], rollout_queue.RolloutQueue.take
 
     def take(self, key, consumer, seq, want, progress=None):

@@ -2,7 +2,7 @@
 complete, the queue hands out only the rows that must still run."""
 import pytest
 
-from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT, RUNNING, RolloutQueue, StopRule
+from mindspeed_rl.balance.rollout_queue import COMPLETE, CUT, RUNNING, RolloutQueue, StopRule
 
 
 def _queue(need, rows=8, groups=(0, 0, 1, 1, 2, 2, 3, 3), sure=None, must=None, chunk=None):

@@ -5,7 +5,7 @@ ends heavier."""
 import numpy as np
 import pytest
 
-from mindspeed_rl.utils import partition_refine as pr
+from mindspeed_rl.balance import partition_refine as pr
 
 # (weights, start assignment, k, min_count, max_count, work, heaviest load reached)
 CASES = [

@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from mindspeed_rl.utils import partition_refine as pr
+from mindspeed_rl.balance import partition_refine as pr
 
 
 def _loads(w, assign, k):

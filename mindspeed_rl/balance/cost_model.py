@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 from scipy.optimize import lsq_linear, nnls
 
-from mindspeed_rl.utils.seqlen_balancing import (get_seqlen_balanced_partitions, heapq_partition,
+from mindspeed_rl.balance.seqlen_balancing import (get_seqlen_balanced_partitions, heapq_partition,
                                                  rearrange_micro_batches)
 
 QUADRATIC_MODES = ("sequence", "packed")

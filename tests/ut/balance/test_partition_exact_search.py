@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from mindspeed_rl.utils.partition_exact import exact_equal_partition
+from mindspeed_rl.balance.partition_exact import exact_equal_partition
 
 
 def _brute_best(w, k):

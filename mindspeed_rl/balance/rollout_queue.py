@@ -1,7 +1,7 @@
 """The rollout queue: one round's rows handed out to the rollout engines as they ask.
 
 Pure bookkeeping (no Ray, no torch.distributed): the launcher hosts one ``RolloutQueue`` in a small Ray actor,
-the cost replay (utils/rollout_cost.py) and tests hold one in-process. The round is a list of rows in load
+the cost replay (balance/rollout_cost.py) and tests hold one in-process. The round is a list of rows in load
 order; a take is a list of positions in that order, so the rows' inputs travel once (every consumer reads its
 rows from the round's one batch) and the queue moves only integers.
 

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mindspeed_rl.utils.seqlen_balancing import METHODS, balance_key, get_seqlen_balanced_partitions, imbalance
-from mindspeed_rl.utils.workload import OBJECTIVES, WorkloadModel
+from mindspeed_rl.balance.seqlen_balancing import METHODS, balance_key, get_seqlen_balanced_partitions, imbalance
+from mindspeed_rl.balance.workload import OBJECTIVES, WorkloadModel
 
 # unit_lengths(units) -> int tensor (len(units), rows_per_unit) of token counts
 UnitLengths = Callable[[Tensor], Tensor]

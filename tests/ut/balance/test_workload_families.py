@@ -4,7 +4,7 @@ from types import SimpleNamespace
 import pytest
 
 from mindspeed_rl.models.tiny_model import tiny_config
-from mindspeed_rl.utils.workload import WorkloadModel
+from mindspeed_rl.balance.workload import WorkloadModel
 
 
 def test_moe_counts_active_experts_only():

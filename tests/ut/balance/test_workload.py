@@ -3,7 +3,7 @@ import pytest
 import torch
 from transformers import Qwen2Config
 
-from mindspeed_rl.utils.workload import WorkloadModel, sequence_workloads
+from mindspeed_rl.balance.workload import WorkloadModel, sequence_workloads
 
 
 def test_tokens_objective_sums_lengths():

@@ -3,7 +3,7 @@ the last depth, single moves that leave one item, partitions empty at the start,
 partitions the search looks at first."""
 import numpy as np
 
-from mindspeed_rl.utils import partition_refine as pr
+from mindspeed_rl.balance import partition_refine as pr
 
 
 def test_thin_at_its_cap_keeps_the_given_order():

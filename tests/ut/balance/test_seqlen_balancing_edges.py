@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.utils import seqlen_balancing as sb
+from mindspeed_rl.balance import seqlen_balancing as sb
 
 
 def test_weights_from_a_tensor_that_needs_grad():

@@ -2,7 +2,7 @@
 runs fewest rows, before fresh rows; the round ends when every row is complete, not when the fresh rows are out."""
 import pytest
 
-from mindspeed_rl.utils.rollout_queue import COMPLETE, CUT, RUNNING, WAITING, LocalSource, RolloutQueue, StopRule
+from mindspeed_rl.balance.rollout_queue import COMPLETE, CUT, RUNNING, WAITING, LocalSource, RolloutQueue, StopRule
 
 
 def _queue(rows=6, consumers=2, cap=8):

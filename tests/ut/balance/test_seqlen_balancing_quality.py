@@ -5,7 +5,7 @@ packing ends heavier."""
 import numpy as np
 import pytest
 
-from mindspeed_rl.utils import seqlen_balancing as sb
+from mindspeed_rl.balance import seqlen_balancing as sb
 
 # (lengths, k, equal_size, method, heaviest partition reached)
 PARTITIONS = [
