@@ -33,7 +33,7 @@ conversation's critical path: its turns' seconds in the engine plus its tool sec
 speed-up over blocking, turns and tool calls per row, and the rows whose response (tokens and tool blocks) is
 identical to the blocking loop's.
 
-Targets (issue 47), judged on the way of the default routing (config_cls/multi_turn.py DEFAULT_ROUTING: continuous
+Targets (issue 47), judged on the way of the default routing (plan/multi_turn.py DEFAULT_ROUTING: continuous
 for sticky, continuous_free for free): engine busy fraction while tools run >= 80 %; stage within 10 % of its
 bound; >= 1.3x faster than blocking; and the default routing's stage at most 5 % over the other routing's (median
 of the repeats' ratios): the default is the routing that measures better. Prints markdown tables and a TARGETS block; exits 1 when a
@@ -146,7 +146,7 @@ def engine_class():
             from types import SimpleNamespace
 
             import torch
-            from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
+            from mindspeed_rl.plan.rollout_spec import RolloutSpec
             from mindspeed_rl.models.causal_lm import CausalLMEngine
             from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
             from mindspeed_rl.models.tiny_text_tokenizer import build_text_tokenizer
@@ -503,7 +503,7 @@ def make_targets(figures, scale: float = 1.0, default: str = None) -> list:
     """(name, PASS/FAIL, detail): the issue's three judged on the medians of the default routing's way, a check that
     every way did the same work (the scripted tool calls, the blocking loop's responses), and that the default
     routing is the one that measures better (within ROUTING_SLACK)."""
-    from mindspeed_rl.config_cls.multi_turn import DEFAULT_ROUTING
+    from mindspeed_rl.plan.multi_turn import DEFAULT_ROUTING
     default = default or DEFAULT_ROUTING
     JUDGED = ROUTED[default]
     busy, gap, gain = (med(figures, JUDGED, k) for k in ("busy_while_tools", "gap", "speedup"))

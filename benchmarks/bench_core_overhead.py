@@ -75,7 +75,7 @@ def _reward(responses, labels):
 
 def measure(iters: int, repeats: int, warmup: int = 3):
     import ray
-    from mindspeed_rl.config_cls.loader import build_configs, load_config
+    from mindspeed_rl.plan.loader import build_configs, load_config
     from mindspeed_rl.datasets.prompt_dataset import prompt_batches
     from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
     from mindspeed_rl.utils.loggers import MetricsLogger

@@ -251,7 +251,7 @@ def _run_round(group, docks, batch, balance):
 def run_real(model_dir, pairs, seed):
     """Warm-up, then ``pairs`` iterations each run with balance off and on
     (alternating which goes first) on the same batch."""
-    from mindspeed_rl.config_cls.loader import build_configs, load_config
+    from mindspeed_rl.plan.loader import build_configs, load_config
     from mindspeed_rl.models.tiny_model import EOS_ID, PAD_ID
     from mindspeed_rl.data.driver_dock import DriverDock
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray

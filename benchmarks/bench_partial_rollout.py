@@ -92,7 +92,7 @@ def engine_class():
             os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
             import torch
             from types import SimpleNamespace
-            from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
+            from mindspeed_rl.plan.rollout_spec import RolloutSpec
             from mindspeed_rl.models.causal_lm import CausalLMEngine
             from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
             torch.set_num_threads(1)
@@ -196,7 +196,7 @@ def run_partial(h: Harness, stream, iters: int, split: int, prompts_per_iter: in
     """The trainer's loop (trainer/partial_rollout.py step) around CarryPool, with the engines' EOS emulated;
     yields its record after every iteration (the warm-up one included)."""
     import torch
-    from mindspeed_rl.config_cls.partial_rollout import PartialSpec
+    from mindspeed_rl.plan.partial_rollout import PartialSpec
     from mindspeed_rl.models.rollout.base import ROLLOUT_BUDGET
     from mindspeed_rl.trainer.utils.carry_pool import CarryPool
     from mindspeed_rl.utils.token_ids import TOKEN_DTYPE

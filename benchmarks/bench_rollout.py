@@ -110,7 +110,7 @@ def _engine(model_path: str, dtype: str):
 
 def _vllm(actor, model_path: str, dtype: str, max_num_seqs: int, max_model_len: int):
     import torch
-    from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
+    from mindspeed_rl.plan.rollout_spec import RolloutSpec
     from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
     spec = RolloutSpec(backend="vllm", reason="benchmark", dtype=dtype, max_num_seqs=max_num_seqs,
                        max_model_len=max_model_len, max_num_batched_tokens=max(2048, max_model_len))

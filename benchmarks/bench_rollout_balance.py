@@ -88,7 +88,7 @@ def engine_class():
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
             os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
             import torch
-            from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
+            from mindspeed_rl.plan.rollout_spec import RolloutSpec
             from mindspeed_rl.models.causal_lm import CausalLMEngine
             from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
             torch.set_num_threads(1)

@@ -9,7 +9,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mindspeed_rl.config_cls.stages import STAGES as _STAGES  # noqa: E402
+from mindspeed_rl.plan.stages import STAGES as _STAGES  # noqa: E402
 
 STAGES = tuple(s.name for s in _STAGES if s.kind == "dp")  # the metrics' stage names
 

@@ -76,7 +76,7 @@ def _built_with_warnings(config: str, overrides: List[str]):
     """``build_configs``; each config warning printed as one line ``warning: ...``."""
     import warnings
 
-    from mindspeed_rl.config_cls.loader import build_configs, load_config
+    from mindspeed_rl.plan.loader import build_configs, load_config
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cfgs = build_configs(load_config(config, overrides))
@@ -94,9 +94,9 @@ def run(config: str, overrides: List[str] = (), output_dir: str = "outputs/grpo"
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from mindspeed_rl.config_cls.algorithm_line import algorithm_change_line, algorithm_line, algorithm_record
+    from mindspeed_rl.plan.algorithm_line import algorithm_change_line, algorithm_line, algorithm_record
     from mindspeed_rl.config_cls.model_arch import check_against_checkpoint, hf_config_kwargs
-    from mindspeed_rl.config_cls.rollout_spec import check_model_len
+    from mindspeed_rl.plan.rollout_spec import check_model_len
     from mindspeed_rl.datasets.options import data_options
     from mindspeed_rl.datasets.prompt_dataset import prompt_batches
     from mindspeed_rl.models.tiny_model import build_tiny_checkpoint
@@ -177,14 +177,14 @@ def group_options(plan, role: str, groups) -> dict:
 def make_reward(rl, tokenizer, eos_id: int):
     """The run's reward: rl_config's verifiers and weights, scored in a pool of verifier_parallel
     processes under verifier_timeout seconds a response."""
-    from mindspeed_rl.models.rule_reward import VerifierReward
+    from mindspeed_rl.rewards.rule_reward import VerifierReward
     return VerifierReward(rl.verifier_function, rl.verifier_weight, eos_id, tokenizer=tokenizer,
                           parallel=rl.verifier_parallel, timeout=rl.verifier_timeout)
 
 
 def _train(cfgs, tokenizer, data, resume, state, output_dir):
     """Train from ``state`` (``resume.state``, read before Ray started, or a fresh run's)."""
-    from mindspeed_rl.config_cls.algorithm_line import algorithm_record
+    from mindspeed_rl.plan.algorithm_line import algorithm_record
     from mindspeed_rl.utils.checkpoint import Checkpointer
     from mindspeed_rl.utils.loggers import MetricsLogger
     from mindspeed_rl.utils.ray_utils import init_ray, shutdown_ray
@@ -273,8 +273,8 @@ def dry_run(config: str, overrides: List[str] = ()) -> List[str]:
     memory of ``config``. Starts no Ray, reads no weights or data."""
     import warnings
 
-    from mindspeed_rl.config_cls.algorithm_line import algorithm_line
-    from mindspeed_rl.config_cls.loader import build_configs, load_config
+    from mindspeed_rl.plan.algorithm_line import algorithm_line
+    from mindspeed_rl.plan.loader import build_configs, load_config
     from mindspeed_rl.config_cls.megatron_config import MODEL_FAMILY_KEYS
     from mindspeed_rl.reports.memory_plan import plan_memory, table
 

@@ -1,4 +1,4 @@
-"""The turn rule of a multi-turn rollout (config_cls/multi_turn.py), independent of the engine that generates.
+"""The turn rule of a multi-turn rollout (plan/multi_turn.py), independent of the engine that generates.
 
 After each model turn ``after_turn`` decides: the conversation ends (no tool call, max_tool_calls rounds ran, the
 response is full), or a round of tool calls starts beside the engine (a future). When it is done,

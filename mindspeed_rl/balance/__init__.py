@@ -9,7 +9,7 @@ How each stage is balanced, and the key that switches it:
 | --- | --- | --- |
 | rollout | one queue per round (``rollout_queue.RolloutQueue``): engines draw rows, longest expected first | ``rollout_balance`` ('queue'; 'static': fixed seeded shares, upstream's ``guarantee_order: true``) |
 | multi-turn rollout | the same queue; a conversation's next turn goes to the engine running fewest rows or stays | ``multi_turn_routing`` |
-| partial rollout | carried rows re-enter the queue each pass, longest remaining first | ``partial_rollout_max_split`` |
+| partial rollout | each pass is a queue round over the pool's unfinished rows, groups holding cut rows first | ``partial_rollout_max_split`` |
 | ref / actor log-probs, critic values, actor / critic update | one plan per stage per round (``balance_plan.BalancePlanner``) over ``seqlen_balancing`` | ``use_dp_batch_balance``, ``dp_balance_objective`` ('tokens' / 'flops': ``workload``), ``dp_balance_method`` |
 | micro-batches inside a rank | capped, balanced packing (``seqlen_balancing.rearrange_micro_batches``); the count is agreed over DP by ``utils.dist_sync`` | ``use_dynamic_bsz``, ``max_packing_token_size`` |
 

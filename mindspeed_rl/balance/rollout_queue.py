@@ -310,8 +310,11 @@ class Rows(NamedTuple):
 def rows_of(positions: Take, order, inputs: Dict[str, list], source) -> Rows:
     """The rows at ``positions`` of the queue order: their ids and their inputs; an empty take, or one after
     which the queue held nothing (``Take.left``), marks ``source`` drained (a handoff round: only the latter;
-    ``source.handoff`` says the round routes turns freely)."""
+    ``source.handoff`` says the round routes turns freely). ``source.takes`` counts the answers that brought rows
+    or turns (the balance figures: one take per engine is the static split)."""
     source.handoff, source.fresh = positions.handoff, positions.fresh
+    if positions or positions.turns:
+        source.takes += 1
     if positions.left == 0 or (not positions and not positions.handoff):
         source.drained = True
     return Rows(list(positions), [int(order[p]) for p in positions],
@@ -328,7 +331,7 @@ class LocalSource:
     def __init__(self, queue: RolloutQueue, consumer: int, order, inputs: Dict[str, list], first=None):
         """``first``: this consumer's first take, answered when the queue was loaded (``RolloutQueue.load``)."""
         self.queue, self.consumer, self.order, self.inputs = queue, consumer, order, inputs
-        self.seq, self.drained, self.handoff = 0, False, False
+        self.seq, self.drained, self.handoff, self.takes = 0, False, False, 0
         self._asked: Optional[tuple] = None
         self._first = first
 

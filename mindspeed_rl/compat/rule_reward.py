@@ -1,4 +1,4 @@
-"""RuleReward with upstream's worker interface, over models.rule_reward.VerifierReward.
+"""RuleReward with upstream's worker interface, over rewards.rule_reward.VerifierReward.
 
 Upstream's is a Ray actor; this is a plain object: call ``initialize`` and
 ``init_transfer_dock`` on it directly, or pass it in the trainer's ``reward_list``
@@ -6,7 +6,7 @@ Upstream's is a Ray actor; this is a plain object: call ``initialize`` and
 from typing import Dict
 
 from mindspeed_rl.compat.compute_utils import compute_rule_reward, dock_call
-from mindspeed_rl.models.rule_reward import VerifierReward as _Scorer
+from mindspeed_rl.rewards.rule_reward import VerifierReward as _Scorer
 from mindspeed_rl.data.driver_dock import DriverDock
 
 

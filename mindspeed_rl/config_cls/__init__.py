@@ -1,4 +1,5 @@
-"""Configuration layer: typed config classes, YAML loading and validation.
+"""The keys: typed config classes (upstream's names), their defaults and the checks of one key each. The run
+plan built from them (layout, stage table, cross-key checks, YAML loading) is mindspeed_rl.plan.
 
 Names load on first use, so ``python -m mindspeed_rl.config_cls.unimplemented``
 runs that module fresh."""
@@ -7,10 +8,6 @@ from mindspeed_rl._lazy import lazy_exports
 _EXPORTS = {
     "BaseConfig": "mindspeed_rl.config_cls.base_config",
     "GenerateConfig": "mindspeed_rl.config_cls.generate_config",
-    "ConfigError": "mindspeed_rl.config_cls.loader",
-    "RunConfigs": "mindspeed_rl.config_cls.loader",
-    "build_configs": "mindspeed_rl.config_cls.loader",
-    "load_config": "mindspeed_rl.config_cls.loader",
     "MegatronConfig": "mindspeed_rl.config_cls.megatron_config",
     "RLConfig": "mindspeed_rl.config_cls.rl_config",
     "validate_rl_args": "mindspeed_rl.config_cls.validate_config",

@@ -21,7 +21,7 @@ class GenerateConfig(BaseConfig):
 
     rollout_backend ('auto'): 'vllm' (an in-process vLLM engine per actor rank), 'hf' (transformers
         generate on the actor), or 'auto': vLLM when installed and able to run the model, else hf
-        (config_cls/rollout_spec.py).
+        (plan/rollout_spec.py).
     data_parallel_size (None): rollout DP size; filled by validation.
     tokenizer_name_or_path ('/path/to/tokenizer'): tokenizer used by rollout.
     trust_remote_code (True): allow custom code when loading HF objects.

@@ -1,10 +1,10 @@
 """Architecture keys of a model section (configs/model/<name>.yaml) and what they do.
 
 The engine runs transformers' own causal LM classes. The family is picked
-from the model section's Megatron-style keys (``model_family``):
-``multi_latent_attention`` (or ``q_lora_rank``/``kv_lora_rank``) -> DeepSeek-V3,
-``num_experts`` -> Qwen3-MoE, ``qk_layernorm`` -> Qwen3, ``add_qkv_bias`` ->
-Qwen2, otherwise Llama. Without a model section it comes from the
+from the model section's Megatron-style keys (``model_family``, by the rules of
+mindspeed_rl/families/: ``multi_latent_attention`` (or ``q_lora_rank``/``kv_lora_rank``)
+-> DeepSeek-V3, ``num_experts`` -> Qwen3-MoE, ``qk_layernorm`` -> Qwen3,
+``add_qkv_bias`` -> Qwen2, otherwise Llama). Without a model section it comes from the
 checkpoint's ``config.json`` (``architectures``). A model section either
 builds the tiny random checkpoint (``--tiny-model-dir``) or is checked against
 the checkpoint at ``model_path``: a key that disagrees with the checkpoint's
@@ -18,14 +18,7 @@ import json
 import os
 from typing import Dict
 
-# family (HF model_type) -> architectures entry of config.json
-FAMILIES = {
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "llama": "LlamaForCausalLM",
-    "qwen3_moe": "Qwen3MoeForCausalLM",
-    "deepseek_v3": "DeepseekV3ForCausalLM",
-}
+from mindspeed_rl.families import families, family as family_of, pick
 
 # megatron key -> HF config attribute, every family (init_method_std only builds the tiny checkpoint)
 MAPPED = {
@@ -39,23 +32,6 @@ MAPPED = {
     "attention_dropout": "attention_dropout",
     "init_method_std": "initializer_range",
 }
-# per family, on top of MAPPED
-FAMILY_MAPPED = {
-    "qwen2": {"kv_channels": "head_dim"},
-    "qwen3": {"kv_channels": "head_dim"},
-    "llama": {"kv_channels": "head_dim"},
-    "qwen3_moe": {"kv_channels": "head_dim", "num_experts": "num_experts", "moe_router_topk": "num_experts_per_tok",
-                  "moe_ffn_hidden_size": "moe_intermediate_size", "norm_topk_prob": "norm_topk_prob",
-                  "moe_aux_loss_coeff": "router_aux_loss_coef"},
-    "deepseek_v3": {"num_experts": "n_routed_experts", "moe_router_topk": "num_experts_per_tok",
-                    "moe_ffn_hidden_size": "moe_intermediate_size", "norm_topk_prob": "norm_topk_prob",
-                    "n_shared_experts": "n_shared_experts", "first_k_dense_replace": "first_k_dense_replace",
-                    "moe_router_num_groups": "n_group", "moe_router_group_topk": "topk_group",
-                    "moe_router_topk_scaling_factor": "routed_scaling_factor",
-                    "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
-                    "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim",
-                    "v_head_dim": "v_head_dim"},
-}
 # keys that pick the family
 FAMILY_KEYS = ("multi_latent_attention", "qk_layernorm")
 # keys folded into other HF attributes: GQA -> num_key_value_heads, vocab -> vocab_size,
@@ -65,9 +41,8 @@ DERIVED = ("group_query_attention", "num_query_groups", "vocab_size", "padded_vo
 # every family's HF model has exactly these
 FIXED = {"position_embedding_type": "rope", "normalization": "RMSNorm", "swiglu": True,
          "disable_bias_linear": True, "hidden_dropout": 0.0, "attention_softmax_in_fp32": True}
-# add_qkv_bias is what tells Qwen2 (biased q/k/v) from Llama; the others have no q/k/v bias
-QKV_BIAS = {"qwen2": True, "qwen3": False, "llama": False, "qwen3_moe": False, "deepseek_v3": False}
-ARCH_KEYS = tuple(dict.fromkeys(tuple(MAPPED) + tuple(k for m in FAMILY_MAPPED.values() for k in m)
+# every family's own keys (mindspeed_rl/families/: its mapped keys, its q/k/v bias) come from the registry
+ARCH_KEYS = tuple(dict.fromkeys(tuple(MAPPED) + tuple(k for f in families().values() for k in f.mapped)
                                 + FAMILY_KEYS + DERIVED + tuple(FIXED) + ("add_qkv_bias",)))
 
 
@@ -76,17 +51,8 @@ def has_model_section(cfg) -> bool:
 
 
 def model_family(cfg) -> str:
-    """HF model_type of the model section (see the module docstring for the rule)."""
-    if getattr(cfg, "multi_latent_attention", False) or getattr(cfg, "q_lora_rank", None) \
-            or getattr(cfg, "kv_lora_rank", None):
-        return "deepseek_v3"
-    if getattr(cfg, "num_experts", None):
-        return "qwen3_moe"
-    if getattr(cfg, "qk_layernorm", False):
-        return "qwen3"
-    if getattr(cfg, "add_qkv_bias", False):
-        return "qwen2"
-    return "llama"
+    """HF model_type of the model section: the family whose rule holds (mindspeed_rl/families/)."""
+    return pick(cfg).name
 
 
 def checkpoint_family(model_path: str) -> str:
@@ -97,11 +63,11 @@ def checkpoint_family(model_path: str) -> str:
     if cfg.get("model_type"):
         return cfg["model_type"]
     arch = (cfg.get("architectures") or [None])[0]
-    for family, name in FAMILIES.items():
-        if name == arch:
-            return family
+    for name, fam in families().items():
+        if fam.architecture == arch:
+            return name
     raise ValueError(f"{path}: no model_type and unknown architectures={cfg.get('architectures')!r}; "
-                     f"known: {sorted(FAMILIES.values())}")
+                     f"known: {sorted(f.architecture for f in families().values())}")
 
 
 def check_fixed(cfg, error_cls=ValueError):
@@ -109,17 +75,17 @@ def check_fixed(cfg, error_cls=ValueError):
     if not has_model_section(cfg):
         return
     family = model_family(cfg)
-    wanted_all = dict(FIXED, add_qkv_bias=QKV_BIAS[family])
+    wanted_all = dict(FIXED, add_qkv_bias=family_of(family).qkv_bias)
     for key, wanted in wanted_all.items():
         value = getattr(cfg, key, None)
         if key == "attention_softmax_in_fp32" and value is False:
             continue  # HF computes the softmax in fp32 either way
         if value != wanted:
             raise error_cls(f"model key {key}={value!r} is not supported: the model section describes a "
-                            f"{FAMILIES[family]} (transformers), which needs {key}={wanted!r}")
-    if family == "qwen3_moe" and not getattr(cfg, "qk_layernorm", False):
-        raise error_cls("model key num_experts is set but qk_layernorm is not: the MoE family run here is "
-                        "Qwen3-MoE (transformers), which has q/k layer norms; set qk_layernorm: true")
+                            f"{family_of(family).architecture} (transformers), which needs {key}={wanted!r}")
+    problem = family_of(family).key_error(cfg)
+    if problem:
+        raise error_cls(problem)
 
 
 def hf_config_kwargs(cfg) -> Dict:
@@ -127,13 +93,10 @@ def hf_config_kwargs(cfg) -> Dict:
     if not has_model_section(cfg):
         return {}
     family = model_family(cfg)
-    mapped = dict(MAPPED, **FAMILY_MAPPED[family])
+    mapped = dict(MAPPED, **family_of(family).mapped)
     out = {"model_type": family}
     out.update({hf: getattr(cfg, k) for k, hf in mapped.items() if getattr(cfg, k, None) is not None})
-    if family == "deepseek_v3":
-        out["num_key_value_heads"] = cfg.num_attention_heads  # MLA: one latent shared by all heads
-    else:
-        out["num_key_value_heads"] = cfg.num_query_groups if cfg.group_query_attention else cfg.num_attention_heads
+    out["num_key_value_heads"] = family_of(family).kv_heads(cfg)
     vocab = cfg.padded_vocab_size
     if vocab is None and cfg.vocab_size is not None:
         step = max(1, cfg.make_vocab_size_divisible_by)
@@ -155,7 +118,7 @@ def check_against_checkpoint(cfg, model_path: str, error_cls=ValueError):
     family = wanted.pop("model_type")
     have = checkpoint_family(model_path)
     if have != family:
-        raise error_cls(f"the model section describes a {FAMILIES[family]} ({family}) but the checkpoint "
+        raise error_cls(f"the model section describes a {family_of(family).architecture} ({family}) but the checkpoint "
                         f"{path} is {have!r}: fix the model YAML (qk_layernorm, num_experts, "
                         f"multi_latent_attention, add_qkv_bias pick the family) or model_path")
     if "head_dim" not in actual and "hidden_size" in actual and "num_attention_heads" in actual:

@@ -147,12 +147,12 @@ class RLConfig(BaseConfig):
         engine draws from, longest expected first) or 'static' (fixed shares bound to DP ranks, a seeded random
         split: upstream's guarantee_order: true). Either key may be given; given both, they must agree.
     partial_rollout_max_split (1): N > 1 cuts a response after max_tokens / N new tokens
-        per rollout pass and carries it to the next (config_cls/partial_rollout.py).
+        per rollout pass and carries it to the next (plan/partial_rollout.py).
     async_engine (False): with partial rollout, a pass also stops once global_batch_size
         prompts are complete.
     require_max_age_all_finished (True): rows in their N-th pass run to the end.
     rollout_correction (None): verl's rollout correction keys (rollout_is, rollout_is_threshold,
-        rollout_rs, rollout_rs_threshold, bypass_mode, ...; config_cls/rollout_correction.py);
+        rollout_rs, rollout_rs_threshold, bypass_mode, ...; plan/rollout_correction.py);
         rollout_is defaults to 'token' with partial rollout.
     Upstream keys of 05a90d7 (hccl_buffersize, zmq_communication,
     log_max_throughput, actor/update_max_packing_token_size, share_backbone, the
@@ -177,12 +177,12 @@ class RLConfig(BaseConfig):
         update; 0: never stop (each such iteration says so).
     multi_turn_enable (False), tool_config_path, max_tool_calls, max_parallel_calls,
         max_total_response_length, max_tool_response_length, tool_response_truncate_side,
-        tool_parser_format: upstream's multi-turn rollouts with tools (config_cls/multi_turn.py).
+        tool_parser_format: upstream's multi-turn rollouts with tools (plan/multi_turn.py).
     tool_call_timeout (60.0): seconds one tool call may take before it is answered as timed out.
-    multi_turn_routing (None: config_cls/multi_turn.py's default): which vLLM engine runs a conversation's next
+    multi_turn_routing (None: plan/multi_turn.py's default): which vLLM engine runs a conversation's next
         turn after its tool round: 'sticky' (the one that ran its earlier turns) or 'free' (the queue hands it to
         the engine running fewest rows).
-    trainer_mode ('sync'): how rollout and training share an iteration (verl's names; config_cls/trainer_mode.py):
+    trainer_mode ('sync'): how rollout and training share an iteration (verl's names; plan/trainer_mode.py):
         'sync' (rollout, then training); 'colocate_async' (one step off, engines beside the trainer ranks);
         'separate_async' (engines on devices of their own, a buffer between them and the trainer).
     parameter_sync_step (1), max_staleness (1), num_warmup_batches (0): the async modes' schedule: weights go to

@@ -2,7 +2,7 @@
 
 One table, the only list: a value other than the default makes ``check_keys``
 warn once (what happens instead) or, where ignoring it would change results,
-raise ``ConfigError``. The README's table is generated from here:
+raise ``ConfigError``. The table in docs/reference/configuration.md is generated from here:
 ``python -m mindspeed_rl.config_cls.unimplemented``.
 """
 import warnings

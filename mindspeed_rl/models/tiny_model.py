@@ -9,6 +9,8 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Digits, Sequence, WhitespaceSplit
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
 
+from mindspeed_rl.families import families
+
 # the toy tool task's pieces of text, one token each: a whole hermes call of the 'secret' tool, and the two halves
 # of the ChatML tool turn around its answer (agent/tool_block.chatml_block), so a tool round is three tokens
 TOY_TOOL_CALL = '<tool_call>\n{"name": "secret", "arguments": {}}\n</tool_call>'
@@ -80,30 +82,17 @@ def build_toy_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-# tiny shapes per family (HF model_type); every field can be overridden
-TINY_FAMILY_DEFAULTS = {
-    "qwen2": {},
-    "qwen3": dict(head_dim=16),
-    "llama": dict(head_dim=16),
-    "qwen3_moe": dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                      norm_topk_prob=True, decoder_sparse_step=1),
-    "deepseek_v3": dict(num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16,
-                        qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2,
-                        moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, n_group=1,
-                        topk_group=1, rope_scaling=None),
-}
-
-
 def tiny_config(model_type: str = "qwen2", **overrides):
     """HF config of a tiny model of family ``model_type`` (2 layers, 64 wide, the toy vocabulary)."""
-    if model_type not in TINY_FAMILY_DEFAULTS:
-        raise ValueError(f"model_type {model_type!r} has no tiny model; known: {sorted(TINY_FAMILY_DEFAULTS)}")
+    known = families()
+    if model_type not in known:
+        raise ValueError(f"model_type {model_type!r} has no tiny model; known: {sorted(known)}")
     if model_type == "qwen2":
         return tiny_qwen2_config(**overrides)
     kwargs = dict(vocab_size=len(TOY_TOKENS), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, intermediate_size=128, max_position_embeddings=64,
                   tie_word_embeddings=True, bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
-    kwargs.update(TINY_FAMILY_DEFAULTS[model_type])
+    kwargs.update(known[model_type].tiny)  # the family's tiny shape (mindspeed_rl/families/)
     kwargs.update(overrides)
     return AutoConfig.for_model(model_type, **kwargs)
 

@@ -122,7 +122,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from mindspeed_rl.config_cls import build_configs, load_config
+    from mindspeed_rl.plan import build_configs, load_config
     fits = True
     for path in args.config:
         try:

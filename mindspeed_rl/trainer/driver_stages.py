@@ -1,6 +1,6 @@
 """The stage table's driver rows as plain functions ``fn(trainer, stage) -> metrics``, registered by the
 name the row gives (``Stage.method``). A new driver stage is a function here (or anywhere imported before
-the run) and a row in config_cls/stages.py; ``check_stage_functions`` finds a missing one before Ray starts."""
+the run) and a row in plan/stages.py; ``check_stage_functions`` finds a missing one before Ray starts."""
 from typing import Dict, Mapping
 
 import torch
@@ -8,7 +8,7 @@ import torch
 from mindspeed_rl.algorithms import DRIVER_STAGES, get_adv_estimator_fn, register_stage
 from mindspeed_rl.algorithms.gae import model_token_rewards, token_level_rewards
 from mindspeed_rl.algorithms.masked import masked_mean, pad_rows
-from mindspeed_rl.config_cls.stages import LOSS_MASK
+from mindspeed_rl.plan.stages import LOSS_MASK
 from mindspeed_rl.trainer.utils import correction_stage, ppo_stages
 from mindspeed_rl.data.columnar import unpadded_rows
 from mindspeed_rl.data.driver_dock import put_columns

@@ -14,7 +14,7 @@ from typing import Dict
 import torch
 
 from mindspeed_rl.algorithms import register_stage
-from mindspeed_rl.config_cls.stages import FILTER_METRIC, ROLLOUT
+from mindspeed_rl.plan.stages import FILTER_METRIC, ROLLOUT
 from mindspeed_rl.data.driver_dock import group_rows
 
 

@@ -1,4 +1,4 @@
-"""Partial rollout (``rl_config.partial_rollout_max_split > 1``; config_cls/partial_rollout.py): a row part of the
+"""Partial rollout (``rl_config.partial_rollout_max_split > 1``; plan/partial_rollout.py): a row part of the
 trainer modes (trainer/modes).
 
 The pool (trainer/utils/carry_pool.py) is topped up with prompt batches while a whole batch fits; rollout passes
@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS
+from mindspeed_rl.plan.stages import ROLLOUT, ROLLOUT_LOG_PROBS
 from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics
 from mindspeed_rl.trainer.utils.carry_pool import CarryPool, is_int, state_problem
 from mindspeed_rl.trainer.utils.carried_turns import PASS_COLUMNS

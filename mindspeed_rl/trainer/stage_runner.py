@@ -22,7 +22,7 @@ from mindspeed_rl.algorithms import DRIVER_STAGES
 from mindspeed_rl.balance.rollout_figures import rollout_figures
 
 if TYPE_CHECKING:
-    from mindspeed_rl.config_cls.run_plan import StagePlan
+    from mindspeed_rl.plan.run_plan import StagePlan
 
 Metrics = Dict[str, float]
 

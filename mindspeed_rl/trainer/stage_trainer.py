@@ -11,8 +11,8 @@ from typing import Dict, Iterator, List
 import numpy as np
 from tqdm import tqdm
 
-from mindspeed_rl.config_cls.algorithm_line import algorithm_record
-from mindspeed_rl.config_cls.stages import BALANCED_STAGES, ROLLOUT, TRAIN
+from mindspeed_rl.plan.algorithm_line import algorithm_record
+from mindspeed_rl.plan.stages import BALANCED_STAGES, ROLLOUT, TRAIN
 from mindspeed_rl.trainer import driver_stages, dynamic_sampling, partial_rollout  # noqa: F401  (registers)
 from mindspeed_rl.trainer.modes import mode_step
 from mindspeed_rl.trainer.stage_runner import StageRunner
@@ -173,7 +173,7 @@ class StageTableTrainer:
                                  f"group (rollout_worker)")
             from mindspeed_rl.trainer.modes.pool_pipeline import make_pipeline
             self.pipeline = make_pipeline(self, rollout_worker, self.run_plan.asynchronous)
-        # the algorithm each checkpoint records (config_cls.algorithm_line.algorithm_record)
+        # the algorithm each checkpoint records (plan.algorithm_line.algorithm_record)
         self.algorithm = algorithm if algorithm is not None else algorithm_record(self.run_plan, None)
 
     def transfer_dock_init(self):

@@ -110,7 +110,7 @@ def per_rank(values, ranks) -> List[float]:
 
 
 def plan_loads(plan: dict, key: str) -> List[float]:
-    """A balance plan's ``loads`` or ``random_loads`` per DP rank when its shares are bound to ranks
+    """A balance plan's ``loads``, ``random_loads`` or ``sizes`` per DP rank when its shares are bound to ranks
     (``ranks``), else per share: what the balance report draws."""
     values = [float(v) for v in plan[key]]
     return per_rank(values, plan["ranks"]) if plan.get("ranks") else values
@@ -118,8 +118,15 @@ def plan_loads(plan: dict, key: str) -> List[float]:
 
 def plan_balance_metrics(plans: List[dict]) -> Dict[str, float]:
     """``dp_balance/<consumer>/rank_imbalance_random``: the imbalance over DP ranks of the random split
-    each plan records (the console's 'random' next to ``rank_imbalance``); mean over a consumer's plans."""
+    each plan records (the console's 'random' next to ``rank_imbalance``); mean over a consumer's plans.
+    ``rows_per_rank_max``: the most rows one DP rank got in any of them, where every plan records its shares'
+    ``sizes`` (1: any split is the same split, nothing to balance)."""
     per_consumer: Dict[str, List[float]] = {}
+    most: Dict[str, List[float]] = {}
     for plan in plans:
         per_consumer.setdefault(plan["consumer"], []).append(imbalance(plan_loads(plan, "random_loads")))
-    return {balance_key(c, "rank_imbalance_random"): sum(v) / len(v) for c, v in per_consumer.items()}
+        most.setdefault(plan["consumer"], []).append(max(plan_loads(plan, "sizes"), default=0.0)
+                                                      if "sizes" in plan else None)
+    out = {balance_key(c, "rank_imbalance_random"): sum(v) / len(v) for c, v in per_consumer.items()}
+    out.update({balance_key(c, "rows_per_rank_max"): max(v) for c, v in most.items() if None not in v})
+    return out

@@ -36,7 +36,7 @@ class BaseWorker(UpstreamWorkerIO):
         configs = sorted(k for k, v in kwargs.items() if isinstance(v, BaseConfig))
         if configs:  # what a worker reads travels in run_plan.worker
             raise TypeError(f"BaseWorker takes no config objects (got {configs}); put what the worker "
-                            f"reads in the run plan's worker spec (config_cls.worker_spec)")
+                            f"reads in the run plan's worker spec (plan.worker_spec)")
         if world_size != run_plan.layout.world_size:
             raise ValueError(f"world_size {world_size} disagrees with the run plan's {run_plan.layout.world_size}")
         self.run_plan = run_plan
@@ -75,9 +75,8 @@ class BaseWorker(UpstreamWorkerIO):
 
     def pin_cores(self, cores: List[int]) -> List[int]:
         """Run this rank on ``cores`` alone (benchmarks: a core per rank, as a device per rank); returns them."""
-        os.sched_setaffinity(0, set(int(c) for c in cores))
-        torch.set_num_threads(len(cores))
-        return sorted(os.sched_getaffinity(0))
+        from mindspeed_rl.workers.scheduler.pinning import pin_process
+        return pin_process(cores)
 
     def shutdown(self):
         super().shutdown()  # upstream's dock handle, dropped now, not while the process is being killed
@@ -123,8 +122,8 @@ class BaseWorker(UpstreamWorkerIO):
         ``key``; the RolloutQueue actor, or a RolloutQueue in this process): ``order`` is the round's row ids in
         queue order, ``batch`` their inputs in that order; ``firsts``: each consumer's first take, answered when
         the queue was loaded.
-        Returns (metrics, output columns, trace) with the row ids in the trace; a mirroring TP peer returns
-        (metrics, None, None)."""
+        Returns (metrics, output columns, trace) with the row ids and the takes that brought rows in the trace;
+        a mirroring TP peer returns (metrics, None, None)."""
         if len(group.names) != 1:
             raise ValueError(f"rank {self.rank}: a queued stage runs alone, got {list(group.names)}")
         stage = self.run_plan.stages.get(group.names[0])
@@ -141,7 +140,7 @@ class BaseWorker(UpstreamWorkerIO):
         metrics, output, trace = getattr(self, stage.stage.queue_method)(source, **context)
         if not returns:
             return metrics, None, None
-        trace["consumer"] = consumer
+        trace["consumer"], trace["takes"] = consumer, source.takes
         return metrics, cpu_batch(output), trace
 
     def _run_one(self, name: str, plan, batch, context):

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from mindspeed_rl.config_cls.stages import CRITIC_TRAIN, LOSS_MASK, VALUES
+from mindspeed_rl.plan.stages import CRITIC_TRAIN, LOSS_MASK, VALUES
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.loss.value_loss import value_loss
 from mindspeed_rl.utils.checkpoint import CRITIC_DCP_DIR, CRITIC_RNG_DIR

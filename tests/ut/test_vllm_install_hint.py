@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mindspeed_rl.config_cls import rollout_spec as rs
+from mindspeed_rl.plan import rollout_spec as rs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMAND = "bash scripts/install.sh vllm"

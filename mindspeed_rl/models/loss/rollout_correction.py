@@ -88,7 +88,7 @@ def reject_keep(log_ratio: torch.Tensor, mask: torch.Tensor, rules) -> torch.Ten
 
 def correct(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor, spec
             ) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, float]]:
-    """(IS weights, kept tokens, metrics) of a batch under ``spec`` (config_cls.rollout_correction
+    """(IS weights, kept tokens, metrics) of a batch under ``spec`` (plan.rollout_correction
     .CorrectionSpec); weights are 1 where ``spec.rollout_is`` is None, every real token kept where it has
     no rejection rules. Metrics (``rollout_corr/...``): the weights' mean, max and min over real tokens, the
     fraction of tokens above / below the bounds (before truncation), the rejected token and row fractions, and

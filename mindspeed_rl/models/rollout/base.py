@@ -1,4 +1,4 @@
-"""The interface both rollout backends keep, and the factory the worker calls."""
+"""The interface every rollout backend keeps (the factory by name is registry.make_backend)."""
 import time
 from typing import Callable, List, Optional
 
@@ -72,15 +72,3 @@ class RolloutBackend:
 
     def close(self) -> None:
         """Release the engine."""
-
-
-def make_backend(spec, actor, model_path: str, device, rank: int, world_size: int, seed: int,
-                 trust_remote_code: bool = False) -> RolloutBackend:
-    """The backend ``spec`` (config_cls.rollout_spec.RolloutSpec) names, over the actor engine ``actor``."""
-    if spec.backend == "hf":
-        from mindspeed_rl.models.rollout.hf_backend import HFRollout
-        return HFRollout(actor, log_probs=spec.returns_log_probs)
-    if spec.backend == "vllm":
-        from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
-        return VLLMRollout(spec, actor, model_path, device, rank, world_size, seed, trust_remote_code)
-    raise ValueError(f"unknown rollout backend {spec.backend!r}")

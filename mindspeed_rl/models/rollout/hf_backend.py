@@ -3,6 +3,13 @@ import time
 
 from mindspeed_rl.models.rollout.agent_serve import serve_blocking
 from mindspeed_rl.models.rollout.base import RolloutBackend, RolloutResult
+from mindspeed_rl.models.rollout.registry import register_backend
+
+
+@register_backend("hf")
+def make_hf(spec, actor, *_):
+    """The actor's own generate; log-probs when the plan's rollout spec asks for them."""
+    return HFRollout(actor, log_probs=spec.returns_log_probs)
 
 
 class HFRollout(RolloutBackend):

@@ -16,6 +16,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from mindspeed_rl.models.rollout.base import ROLLOUT_BUDGET, RolloutBackend, RolloutResult, Served
+from mindspeed_rl.models.rollout.registry import register_backend
 from mindspeed_rl.balance.rollout_queue import COMPLETE, CUT, RUNNING
 from mindspeed_rl.utils.token_ids import token_ids
 
@@ -57,6 +58,7 @@ def quiet_vllm_import() -> None:
         warnings.filterwarnings("ignore", message=r".*torch\.distributed\.reduce_op.*", category=FutureWarning)
 
 
+@register_backend("vllm")
 class VLLMRollout(RolloutBackend):
     name = "vllm"
 

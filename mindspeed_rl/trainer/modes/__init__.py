@@ -1,4 +1,4 @@
-"""Trainer modes: one step function per ``rl_config.trainer_mode`` (config_cls/trainer_mode.py), registered by
+"""Trainer modes: one step function per ``rl_config.trainer_mode`` (plan/trainer_mode.py), registered by
 name (modes/registry.py). A step runs one iteration on the trainer: it makes the iteration's train rows with the row
 parts it needs (a fresh batch, partial rollout's pool, dynamic sampling's filter; modes/rounds.py) and trains on
 them."""

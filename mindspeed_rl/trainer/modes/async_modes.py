@@ -6,7 +6,7 @@ from the pipeline as it draws fresh batches in sync."""
 import time
 from typing import Dict
 
-from mindspeed_rl.config_cls.trainer_mode import COLOCATE, SEPARATE
+from mindspeed_rl.plan.trainer_mode import COLOCATE, SEPARATE
 from mindspeed_rl.trainer.modes.registry import register_mode
 from mindspeed_rl.trainer.modes.sync import train_on
 from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics

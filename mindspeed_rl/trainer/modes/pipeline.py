@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from mindspeed_rl.config_cls.stages import ROLLOUT
+from mindspeed_rl.plan.stages import ROLLOUT
 from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.balance.rollout_figures import rollout_figures

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS
+from mindspeed_rl.plan.stages import ROLLOUT, ROLLOUT_LOG_PROBS
 from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.trainer.modes.pipeline import Made, RolloutPipeline, engine_spans
 from mindspeed_rl.trainer.stage_runner import StageGroup

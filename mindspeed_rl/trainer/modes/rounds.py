@@ -4,7 +4,7 @@ own rounds (trainer/partial_rollout.py, ``PoolRounds``) with the same interface:
 ``seed_iteration``, ``train_round``, ``record()``, ``metrics()`` and ``results``."""
 from typing import Dict
 
-from mindspeed_rl.config_cls.stages import ROLLOUT
+from mindspeed_rl.plan.stages import ROLLOUT
 from mindspeed_rl.trainer.utils.batch_metrics import merge_rollout_metrics
 
 

@@ -6,7 +6,7 @@ whose rewards vary across as many rounds as it needs, and the rest of the table 
 import time
 from typing import Dict
 
-from mindspeed_rl.config_cls.stages import ROLLOUT
+from mindspeed_rl.plan.stages import ROLLOUT
 from mindspeed_rl.trainer import dynamic_sampling
 from mindspeed_rl.trainer.modes.registry import register_mode
 from mindspeed_rl.trainer.modes.rounds import BatchRounds

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from mindspeed_rl.agent.conversation import carried_row
-from mindspeed_rl.config_cls.stages import LOSS_MASK, TOOL_CALLS, TURN_STATE
+from mindspeed_rl.plan.stages import LOSS_MASK, TOOL_CALLS, TURN_STATE
 
 # the rollout outputs a pass of a multi-turn pool reads
 PASS_COLUMNS = (LOSS_MASK, TOOL_CALLS, TURN_STATE)

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from mindspeed_rl.config_cls.stages import CARRIED_TURN, ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
+from mindspeed_rl.plan.stages import CARRIED_TURN, ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
 from mindspeed_rl.trainer.utils import carried_turns
 from mindspeed_rl.balance.rollout_queue import StopRule
 from mindspeed_rl.utils.token_ids import TOKEN_DTYPE

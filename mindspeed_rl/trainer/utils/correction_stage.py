@@ -7,14 +7,14 @@ from typing import Dict
 
 import torch
 
-from mindspeed_rl.config_cls.stages import IS_WEIGHTS, LOSS_MASK, RESPONSE_MASK, ROLLOUT_LOG_PROBS
+from mindspeed_rl.plan.stages import IS_WEIGHTS, LOSS_MASK, RESPONSE_MASK, ROLLOUT_LOG_PROBS
 from mindspeed_rl.models.loss.rollout_correction import correct
 from mindspeed_rl.algorithms.masked import pad_rows
 from mindspeed_rl.data.columnar import ColumnBatch, unpadded_rows
 
 
 def compute_rollout_correction(td, stage, spec) -> Dict[str, float]:
-    """IS weights and kept tokens of the round (``spec``: config_cls.rollout_correction.CorrectionSpec)."""
+    """IS weights and kept tokens of the round (``spec``: plan.rollout_correction.CorrectionSpec)."""
     rows = list(range(td.round_rows()))
     batch = td.get_rows(list(stage.inputs), rows)
     lengths = torch.tensor([int(x) for x in batch["response_length"]])

@@ -8,7 +8,7 @@ import torch
 
 from mindspeed_rl.algorithms import gae as adv
 from mindspeed_rl.algorithms.masked import masked_mean, pad_rows
-from mindspeed_rl.config_cls.stages import LOSS_MASK
+from mindspeed_rl.plan.stages import LOSS_MASK
 from mindspeed_rl.data.columnar import unpadded_rows
 from mindspeed_rl.data.driver_dock import put_columns
 

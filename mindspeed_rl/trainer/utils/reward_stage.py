@@ -6,7 +6,7 @@ from typing import Dict, Sequence, Tuple
 import numpy as np
 import torch
 
-from mindspeed_rl.config_cls.stages import TOOL_CALLS
+from mindspeed_rl.plan.stages import TOOL_CALLS
 from mindspeed_rl.data.driver_dock import put_columns
 
 

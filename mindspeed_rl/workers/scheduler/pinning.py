@@ -24,6 +24,28 @@ def core_plan(plan, cores: List[int]) -> Dict[str, List[int]]:
     return out
 
 
+def placement_cores(placement: str, ranks: int, cores: List[int]) -> List[List[int]]:
+    """The cores of each of ``ranks`` processes: 'pinned' one of ``cores`` each, in order (as ``core_plan``;
+    ValueError when too few), 'shared' all of them each (a rank that idles lends its cores to the others)."""
+    cores = sorted(int(c) for c in cores)
+    if placement == "shared":
+        return [list(cores) for _ in range(ranks)]
+    if placement != "pinned":
+        raise ValueError(f"placement must be 'pinned' or 'shared', got {placement!r}")
+    if ranks > len(cores):
+        raise ValueError(f"{ENV}=1: {ranks} ranks need as many cores; this machine lets the run use {len(cores)}")
+    return [[c] for c in cores[:ranks]]
+
+
+def pin_process(cores) -> List[int]:
+    """Run this process on ``cores`` alone with as many torch threads (a worker rank's ``pin_cores``, a benchmark's
+    engine); returns the cores it runs on."""
+    import torch
+    os.sched_setaffinity(0, set(int(c) for c in cores))
+    torch.set_num_threads(len(cores))
+    return sorted(os.sched_getaffinity(0))
+
+
 def pin_groups(groups, plan) -> Dict[str, List[int]]:
     """Pin every group's ranks when ``MSRL_PIN_CORES=1`` (else nothing); returns the cores by role."""
     if os.environ.get(ENV, "0") != "1":

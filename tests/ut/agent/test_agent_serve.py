@@ -11,7 +11,7 @@ import torch
 from mindspeed_rl.agent.agent_loop import AgentLoop
 from mindspeed_rl.agent.conversation import ANSWERED, LENGTH, MAX_TOOL_CALLS
 from mindspeed_rl.agent.metrics import turn_counts, turn_metrics
-from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
+from mindspeed_rl.plan.rollout_spec import RolloutSpec
 from mindspeed_rl.models.rollout.agent_serve import serve_blocking, turn_seed
 from mindspeed_rl.models.rollout.results import RolloutResult
 from mindspeed_rl.models.rollout.vllm_agent import serve_conversations

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mindspeed_rl.agent.metrics import turn_counts
-from mindspeed_rl.config_cls.stages import LOSS_MASK, ROLLOUT_LOG_PROBS, TOOL_CALLS, TURN_STATE
+from mindspeed_rl.plan.stages import LOSS_MASK, ROLLOUT_LOG_PROBS, TOOL_CALLS, TURN_STATE
 from mindspeed_rl.models.rollout.agent_serve import serve_blocking
 from mindspeed_rl.models.rollout.results import RolloutResult
 from mindspeed_rl.models.rollout.vllm_agent import serve_conversations

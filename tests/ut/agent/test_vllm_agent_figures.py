@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from mindspeed_rl.agent.conversation import ANSWERED, MAX_TOOL_CALLS
-from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
+from mindspeed_rl.plan.rollout_spec import RolloutSpec
 from mindspeed_rl.models.rollout.vllm_agent import serve_conversations
 from mindspeed_rl.balance.rollout_queue import COMPLETE, RUNNING, LocalSource, RolloutQueue
 from tests.ut.agent.fakes import Tool

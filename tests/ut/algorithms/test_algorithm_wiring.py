@@ -5,7 +5,7 @@ import torch
 
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.algorithms import ADV_ESTIMATORS, POLICY_LOSSES
-from mindspeed_rl.config_cls.loader import build_configs, load_config
+from mindspeed_rl.plan.loader import build_configs, load_config
 from mindspeed_rl.trainer.stage_trainer import StageTableTrainer
 from mindspeed_rl.workers.parallel_state import ParallelState
 from ut.dapo.test_dapo_sampling import TINY, Engine, Group, Reward, batches

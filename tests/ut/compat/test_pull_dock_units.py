@@ -8,8 +8,8 @@ import torch
 
 from mindspeed_rl.compat import transfer_dock as td
 from mindspeed_rl.compat.transfer_dock import PullDock, TransferDock
-from mindspeed_rl.config_cls.run_plan import BalanceSpec, Layout, RunPlan, StagePlan, Timeouts
-from mindspeed_rl.config_cls.stages import VALUES
+from mindspeed_rl.plan.run_plan import BalanceSpec, Layout, RunPlan, StagePlan, Timeouts
+from mindspeed_rl.plan.stages import VALUES
 from mindspeed_rl.utils.metrics import Metric
 
 

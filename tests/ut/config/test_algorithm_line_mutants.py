@@ -3,8 +3,8 @@
 import os
 import warnings
 
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.algorithm_line import algorithm_line
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.algorithm_line import algorithm_line
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 GRPO = os.path.join(ROOT, "configs", "grpo_tiny_cpu.yaml")

@@ -2,8 +2,8 @@
 warning line (the checkpoint's name and iteration, each changed key from -> to)."""
 import os
 
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.algorithm_line import algorithm_change_line, algorithm_record
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.algorithm_line import algorithm_change_line, algorithm_record
 from mindspeed_rl.utils.checkpoint import driver_state
 
 TINY = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs", "grpo_tiny_cpu.yaml")

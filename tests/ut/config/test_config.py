@@ -4,9 +4,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from mindspeed_rl.config_cls import (
-    ConfigError, GenerateConfig, MegatronConfig, RLConfig, build_configs,
-    load_config, validate_rl_args)
+from mindspeed_rl.config_cls import GenerateConfig, MegatronConfig, RLConfig, validate_rl_args
+from mindspeed_rl.plan import ConfigError, build_configs, load_config
 
 REPO = Path(__file__).resolve().parents[3]
 TEST_YAML = REPO / "tests/st/configs/test_grpo_trainer_qwen25_7b_integrated.yaml"
@@ -380,7 +379,7 @@ def test_ref_section_rejected_in_integrated_mode(tmp_path):
 
 
 def test_custom_resources_reach_each_groups_layout_in_the_plan():
-    from mindspeed_rl.config_cls import build_configs, load_config
+    from mindspeed_rl.plan import build_configs, load_config
     ppo = build_configs(load_config("configs/ppo_tiny_cpu.yaml", [
         "megatron_training.model_path=/unused", "rl_config.actor_resource.custom_resources={node_a: 1}",
         "rl_config.critic_resource.custom_resources={node_b: 0.5, gpu_pool: 2}"])).plan

@@ -1,7 +1,7 @@
 """correction_spec word for word: every message, the plan line, and how thresholds are read."""
 import pytest
 
-from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec, correction_spec
+from mindspeed_rl.plan.rollout_correction import CorrectionSpec, correction_spec
 from mindspeed_rl.models.loss.rollout_correction import RejectRule
 
 S = "rl_config.rollout_correction"

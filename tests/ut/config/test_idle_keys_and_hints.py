@@ -9,7 +9,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, ROOT)
 from cli.train_grpo import main  # noqa: E402
-from mindspeed_rl.config_cls import build_configs, load_config  # noqa: E402
+from mindspeed_rl.plan import build_configs, load_config  # noqa: E402
 
 TINY = os.path.join(ROOT, "configs", "grpo_tiny_cpu.yaml")
 MULTI_TURN = os.path.join(ROOT, "tests", "data", "upstream_configs", "05a90d7", "configs",

@@ -8,7 +8,7 @@ import ray
 
 from mindspeed_rl.config_cls import key_types
 from mindspeed_rl.config_cls.generate_config import SAMPLING_DEFAULTS, GenerateConfig
-from mindspeed_rl.config_cls.loader import build_configs, load_config
+from mindspeed_rl.plan.loader import build_configs, load_config
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
 from mindspeed_rl.config_cls.rl_config import RLConfig
 

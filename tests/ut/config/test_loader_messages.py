@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.loader import KNOWN_SECTIONS, REPO_MODEL_DIR, ConfigError
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.loader import KNOWN_SECTIONS, REPO_MODEL_DIR, ConfigError
 # imported here, not first inside a build: the mutation run's forked test processes then share the import
-from mindspeed_rl.models.rule_reward import verifier_names
+from mindspeed_rl.rewards.rule_reward import verifier_names
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ROOT / "configs" / "grpo_tiny_cpu.yaml"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.loader import ConfigError, parse_yaml
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.loader import ConfigError, parse_yaml
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
 PPO = TINY.parent / "ppo_tiny_cpu.yaml"

@@ -8,8 +8,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, ROOT)
 from cli.train_grpo import main  # noqa: E402
-from mindspeed_rl.config_cls import build_configs, load_config  # noqa: E402
-from mindspeed_rl.config_cls.multi_turn import DEFAULT_ROUTING  # noqa: E402
+from mindspeed_rl.plan import build_configs, load_config  # noqa: E402
+from mindspeed_rl.plan.multi_turn import DEFAULT_ROUTING  # noqa: E402
 
 TINY = os.path.join(ROOT, "configs", "grpo_tiny_cpu.yaml")
 TOOLS = ["megatron_training.model_path=/unused", "rl_config.multi_turn_enable=true",

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mindspeed_rl.config_cls.multi_turn import MultiTurnSpec, multi_turn_spec
+from mindspeed_rl.plan.multi_turn import MultiTurnSpec, multi_turn_spec
 
 TOY = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs", "tools", "toy_secret.yaml")
 GEN = SimpleNamespace(sampling_config={"max_tokens": 8}, max_model_len=64)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.plan import build_configs, load_config
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
 OLD = "actor_log_prob"

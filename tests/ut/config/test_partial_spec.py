@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mindspeed_rl.config_cls.partial_rollout import PartialSpec, partial_spec
+from mindspeed_rl.plan.partial_rollout import PartialSpec, partial_spec
 
 GEN = SimpleNamespace(sampling_config={"max_tokens": 8})
 

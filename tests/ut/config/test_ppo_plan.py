@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 import cli.train_grpo as cli
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.loader import ConfigError
-from mindspeed_rl.config_cls.run_plan import PlanError
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.loader import ConfigError
+from mindspeed_rl.plan.run_plan import PlanError
 from mindspeed_rl.reports.memory_plan import plan_memory
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -2,7 +2,7 @@
 must agree, and the run plan serves the rollout stage from the queue or from fixed shares by it."""
 import pytest
 
-from mindspeed_rl.config_cls.loader import build_configs, load_config
+from mindspeed_rl.plan.loader import build_configs, load_config
 from mindspeed_rl.config_cls.rl_config import RLConfig
 
 TINY = "configs/grpo_tiny_cpu.yaml"

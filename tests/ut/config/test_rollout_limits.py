@@ -6,10 +6,10 @@ import warnings
 
 import pytest
 
-from mindspeed_rl.config_cls import rollout_spec as rs
-from mindspeed_rl.config_cls.loader import build_configs, load_config
+from mindspeed_rl.plan import rollout_spec as rs
+from mindspeed_rl.plan.loader import build_configs, load_config
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
-from mindspeed_rl.config_cls.rollout_spec import RolloutSpec, check_model_len, model_len_limit
+from mindspeed_rl.plan.rollout_spec import RolloutSpec, check_model_len, model_len_limit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TINY = os.path.join(ROOT, "configs", "grpo_tiny_cpu.yaml")
@@ -77,7 +77,7 @@ def test_vllms_own_override_variable_lets_it_through(monkeypatch):
 def test_max_num_seqs_1_with_vllm_warns_what_it_means():
     from types import SimpleNamespace
 
-    from mindspeed_rl.config_cls.idle_keys import idle_key_lines
+    from mindspeed_rl.plan.idle_keys import idle_key_lines
     from mindspeed_rl.config_cls.rl_config import RLConfig
 
     def lines(spec):

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from mindspeed_rl.config_cls import rollout_spec as rs
+from mindspeed_rl.plan import rollout_spec as rs
 from mindspeed_rl.config_cls.generate_config import GenerateConfig
-from mindspeed_rl.config_cls.rollout_spec import RolloutSpec, choose_backend, model_head_size
+from mindspeed_rl.plan.rollout_spec import RolloutSpec, choose_backend, model_head_size
 
 HF_REASON = "generate_config.rollout_backend=hf; the generate_config engine keys act only with vLLM"
 
@@ -172,10 +172,10 @@ def test_head_size_needs_both_hidden_size_and_heads():
 
 def test_a_qwen2_section_without_kv_channels_runs_on_vllm(with_vllm):
     bare = SimpleNamespace(num_layers=2, hidden_size=64, num_attention_heads=2, add_qkv_bias=True)
-    assert rs._qwen2_head_mismatch(bare) is None
+    assert rs._family_vllm_error(bare) is None
     assert choose_backend("vllm", bare, "cuda") == ("vllm", "generate_config.rollout_backend=vllm, vLLM 0.32.0 "
                                                             "on cuda")
     odd = _section(num_attention_heads=4, kv_channels=32)
-    assert rs._qwen2_head_mismatch(odd) == ("vLLM's Qwen2 takes the head size hidden_size / num_attention_heads "
-                                            "= 16, the model section sets kv_channels=32")
-    assert rs._qwen2_head_mismatch(_section(num_attention_heads=4, kv_channels=16)) is None
+    assert rs._family_vllm_error(odd) == ("vLLM's Qwen2 takes the head size hidden_size / num_attention_heads "
+                                          "= 16, the model section sets kv_channels=32")
+    assert rs._family_vllm_error(_section(num_attention_heads=4, kv_channels=16)) is None

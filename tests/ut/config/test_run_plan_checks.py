@@ -8,9 +8,9 @@ import pytest
 from vllm_need import plan_needs_vllm
 
 from mindspeed_rl.config_cls import GenerateConfig, MegatronConfig, RLConfig
-from mindspeed_rl.config_cls import stages as table
-from mindspeed_rl.config_cls.rollout_spec import vllm_version
-from mindspeed_rl.config_cls.run_plan import (GroupFilterSpec, Layout, OverlongSpec, PlanError, RunPlan, StagePlan,
+from mindspeed_rl.plan import layout, stages as table
+from mindspeed_rl.plan.rollout_spec import vllm_version
+from mindspeed_rl.plan.run_plan import (GroupFilterSpec, Layout, OverlongSpec, PlanError, RunPlan, StagePlan,
                                               build_run_plan)
 
 
@@ -549,9 +549,9 @@ def test_tp_must_divide_what_the_engine_splits_for_the_family(keys, refused):
 def test_deepseek_heads_count_only_where_transformers_splits_mla(monkeypatch, splits):
     """Whether the installed transformers' DeepSeek-V3 plan splits MLA by heads (5.25 on) decides; both answers
     stand in for the installed one here."""
-    from mindspeed_rl.config_cls import run_plan
+    from mindspeed_rl.plan import run_plan
     asked = []
-    monkeypatch.setattr(run_plan, "_family_splits_attention", lambda family: asked.append(family) or splits)
+    monkeypatch.setattr(layout, "family_splits_attention", lambda family: asked.append(family) or splits)
     if splits:
         with pytest.raises(PlanError) as info:
             _tp2(multi_latent_attention=True, num_attention_heads=3)
@@ -568,11 +568,11 @@ def test_deepseek_heads_count_only_where_transformers_splits_mla(monkeypatch, sp
 
 def test_whether_mla_splits_is_asked_of_the_familys_own_config():
     from transformers import AutoConfig
-    from mindspeed_rl.config_cls import run_plan
+    from mindspeed_rl.plan import run_plan
     from mindspeed_rl.models.sharding import splits_attention
     for family in ("deepseek_v3", "qwen2"):
-        assert run_plan._family_splits_attention(family) == splits_attention(AutoConfig.for_model(family))
-    assert run_plan._family_splits_attention("qwen2") is True
+        assert layout.family_splits_attention(family) == splits_attention(AutoConfig.for_model(family))
+    assert layout.family_splits_attention("qwen2") is True
 
 
 def test_sizes_are_not_checked_without_tp_or_without_a_model_section():

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.rollout_correction import CorrectionSpec
 
 TINY = Path(__file__).resolve().parents[3] / "configs" / "grpo_tiny_cpu.yaml"
 

@@ -1,6 +1,6 @@
 """Which stages a run has follows its Features: the advantage estimator picks group-norm or GAE, and a
 row's extra outputs follow the feature flags they name."""
-from mindspeed_rl.config_cls import stages as st
+from mindspeed_rl.plan import stages as st
 
 
 def test_the_estimator_picks_one_advantage_stage():

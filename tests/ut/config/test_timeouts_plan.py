@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.plan import build_configs, load_config
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 

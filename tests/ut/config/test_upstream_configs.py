@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.loader import ConfigError
-from mindspeed_rl.config_cls.run_plan import PlanError
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.loader import ConfigError
+from mindspeed_rl.plan.run_plan import PlanError
 from mindspeed_rl.reports.memory_plan import GB, plan_memory
 from mindspeed_rl.utils.megatron_format import find_megatron_checkpoint
 

@@ -9,13 +9,13 @@ import torch
 
 import mindspeed_rl.workers.engine_worker as engine_worker
 import mindspeed_rl.workers.integrated_worker as iw
-from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.plan import build_configs, load_config
 from mindspeed_rl.config_cls.generate_config import GenerateConfig
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
 from mindspeed_rl.config_cls.rl_config import RLConfig
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan
-from mindspeed_rl.config_cls.stages import OLD, REF, TRAIN
-from mindspeed_rl.config_cls.worker_spec import worker_spec
+from mindspeed_rl.plan.run_plan import Layout, RunPlan
+from mindspeed_rl.plan.stages import OLD, REF, TRAIN
+from mindspeed_rl.plan.worker_spec import worker_spec
 from mindspeed_rl.workers.parallel_state import ParallelState
 from mindspeed_rl.workers.scheduler import launcher
 

@@ -2,8 +2,8 @@
 section (a Qwen2 head-size mismatch keeps rollout_backend=auto on transformers)."""
 import pytest
 
-from mindspeed_rl.config_cls import rollout_spec as rs
-from mindspeed_rl.config_cls import worker_spec as ws
+from mindspeed_rl.plan import rollout_spec as rs
+from mindspeed_rl.plan import worker_spec as ws
 from mindspeed_rl.config_cls.generate_config import GenerateConfig
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
 from mindspeed_rl.config_cls.rl_config import RLConfig

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mindspeed_rl.config_cls import worker_spec as ws
-from mindspeed_rl.config_cls.stages import OLD, REF, TRAIN, VALUES
+from mindspeed_rl.plan import worker_spec as ws
+from mindspeed_rl.plan.stages import OLD, REF, TRAIN, VALUES
 
 
 def _actor(**kw):

@@ -2,7 +2,7 @@
 real trainer step over rounds from the rollout pipeline. At max_staleness 0 the run is the sync run row for row;
 ahead of the trainer, the refills come from the engines' batches in data order and their staleness is counted."""
 import mindspeed_rl.trainer.dapo_trainer_hybrid as dapo
-from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.plan import build_configs, load_config
 from tests.ut.dapo.test_dapo_sampling import (DAPO, TINY, Group, Reward, _trained, batches,  # noqa: F401
                                              local, workers_of)  # noqa: F401  (local: a fixture)
 

@@ -7,7 +7,7 @@ import torch
 import mindspeed_rl.trainer.dapo_trainer_hybrid as dapo
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.algorithms import DRIVER_STAGES
-from mindspeed_rl.config_cls.stages import FILTER_METRIC, ROLLOUT
+from mindspeed_rl.plan.stages import FILTER_METRIC, ROLLOUT
 from ut.dapo.test_dapo_sampling import Reward, _trainer, batches, local  # noqa: F401  (fixture)
 
 

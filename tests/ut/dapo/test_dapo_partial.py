@@ -6,7 +6,7 @@ import torch
 
 import mindspeed_rl.trainer.dapo_trainer_hybrid as dapo
 import mindspeed_rl.workers.integrated_worker as iw
-from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.plan import build_configs, load_config
 from mindspeed_rl.workers.parallel_state import ParallelState
 from tests.ut.dapo.test_dapo_sampling import DAPO, TINY, Engine, Group, Reward, _trained, batches
 

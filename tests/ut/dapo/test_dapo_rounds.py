@@ -1,7 +1,7 @@
 """Dynamic sampling's fresh-batch rounds (trainer/modes/rounds.py) in-process, as test_dapo_sampling: each batch's
 dock round follows the data position (2p - 2 for the batch, 2p - 1 for the train round, so a resumed run draws the
 same random splits), and the ranks' rollout figures add up over the batches."""
-from mindspeed_rl.config_cls.stages import ROLLOUT
+from mindspeed_rl.plan.stages import ROLLOUT
 from mindspeed_rl.trainer.stage_trainer import rank_timing_metrics
 from mindspeed_rl.trainer.utils.batch_metrics import sum_by_rank
 from tests.ut.dapo.test_dapo_sampling import _trainer, batches, local  # noqa: F401  (fixture)

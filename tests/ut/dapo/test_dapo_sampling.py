@@ -13,8 +13,8 @@ import torch
 
 import mindspeed_rl.trainer.dapo_trainer_hybrid as dapo
 import mindspeed_rl.workers.integrated_worker as iw
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.stages import FILTER, REF, TRAIN
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.stages import FILTER, REF, TRAIN
 from mindspeed_rl.balance.rollout_queue import RolloutQueue
 from mindspeed_rl.workers.parallel_state import ParallelState
 

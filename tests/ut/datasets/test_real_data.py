@@ -229,7 +229,7 @@ def test_data_options_from_the_configs():
 
 def test_shipped_math_config_reads_the_shipped_data(monkeypatch):
     from transformers import AutoTokenizer
-    from mindspeed_rl.config_cls.loader import build_configs, load_config
+    from mindspeed_rl.plan.loader import build_configs, load_config
     monkeypatch.chdir(ROOT)
     cfgs = build_configs(load_config("configs/grpo_math_cpu.yaml", []))
     actor, rl = cfgs.actor_config, cfgs.rl_config

@@ -7,17 +7,17 @@ import pytest
 import torch
 
 from cli import train_grpo
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.stages import GROUP_ADV, REWARD
-from mindspeed_rl.config_cls.learning_signal import zero_advantage_reasons
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.stages import GROUP_ADV, REWARD
+from mindspeed_rl.plan.learning_signal import zero_advantage_reasons
 from mindspeed_rl.config_cls.rl_config import RLConfig
-from mindspeed_rl.models.rule_reward import VerifierReward
+from mindspeed_rl.rewards.rule_reward import VerifierReward
 from mindspeed_rl.models.tiny_model import build_toy_tokenizer
 from mindspeed_rl.trainer import driver_stages, stage_trainer as hybrid
 from mindspeed_rl.trainer.utils.reward_guard import RewardFailureError, RewardGuard, failed_everywhere
 
 TINY = os.path.join(os.path.dirname(__file__), "..", "..", "..", "configs", "grpo_tiny_cpu.yaml")
-BROKEN = "tests.ut.models.slow_verifier:always_raises"
+BROKEN = "tests.ut.rewards.slow_verifier:always_raises"
 
 
 # ------------------------------------------------------------------ zero advantages by construction

@@ -9,8 +9,8 @@ import torch
 
 from mindspeed_rl.algorithms import DRIVER_STAGES
 from mindspeed_rl.trainer import driver_stages  # noqa: F401  (registers the driver stages)
-from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec, correction_spec
-from mindspeed_rl.config_cls.stages import ROLLOUT_CORR, ROLLOUT_LOG_PROBS
+from mindspeed_rl.plan.rollout_correction import CorrectionSpec, correction_spec
+from mindspeed_rl.plan.stages import ROLLOUT_CORR, ROLLOUT_LOG_PROBS
 from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.models.loss.rollout_correction import TRAINED_FRACTION, RejectRule, correct
 from mindspeed_rl.trainer.utils.reward_guard import AllRejectedError, RejectionGuard, nothing_trained

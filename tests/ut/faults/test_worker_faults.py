@@ -8,7 +8,7 @@ import torch.distributed as dist
 
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.scheduler import launcher
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, Timeouts
+from mindspeed_rl.plan.run_plan import Layout, RunPlan, Timeouts
 
 
 def _plan(world=2, timeout=600.0, stage=None):
@@ -58,8 +58,8 @@ def test_an_engine_that_dies_mid_stream_is_named_and_ends_the_group(local_ray):
     the rank and the stage when the trainer collects the batch; the group is torn down."""
     import time
 
-    from mindspeed_rl.config_cls.run_plan import StagePlan
-    from mindspeed_rl.config_cls.stages import TRAIN
+    from mindspeed_rl.plan.run_plan import StagePlan
+    from mindspeed_rl.plan.stages import TRAIN
     from mindspeed_rl.data.driver_dock import QueueRound
     from mindspeed_rl.trainer.stage_runner import StageGroup
 
@@ -91,8 +91,8 @@ def test_a_trainer_rank_that_dies_between_syncs_is_named_and_the_engines_batch_s
     (a checkpoint taken then keeps it: trainer/modes/pipeline.py)."""
     import time
 
-    from mindspeed_rl.config_cls.run_plan import StagePlan
-    from mindspeed_rl.config_cls.stages import TRAIN
+    from mindspeed_rl.plan.run_plan import StagePlan
+    from mindspeed_rl.plan.stages import TRAIN
     from mindspeed_rl.data.driver_dock import QueueRound
     from mindspeed_rl.trainer.stage_runner import StageGroup
 

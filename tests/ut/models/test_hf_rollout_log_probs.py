@@ -6,7 +6,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.rollout.hf_backend import HFRollout
-from mindspeed_rl.config_cls.worker_spec import SamplingSpec
+from mindspeed_rl.plan.worker_spec import SamplingSpec
 
 EOS, PAD = 3, 0
 PROMPTS = [torch.tensor([5, 6, 7]), torch.tensor([8]), torch.tensor([9, 10, 11, 12, 13])]

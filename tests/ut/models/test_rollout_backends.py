@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from mindspeed_rl.config_cls import rollout_spec as rs
-from mindspeed_rl.config_cls.rollout_spec import RolloutSpec, choose_backend
+from mindspeed_rl.plan import rollout_spec as rs
+from mindspeed_rl.plan.rollout_spec import RolloutSpec, choose_backend
 from mindspeed_rl.models.rollout.drift import rollout_drift
 from mindspeed_rl.models.rollout.vllm_backend import cpu_bind, kv_cache_bytes
 
@@ -80,8 +80,8 @@ def test_spec_reads_the_generate_config_keys(with_vllm):
 
 
 def test_vllm_log_probs_add_a_rollout_column_read_by_the_train_stage(with_vllm):
-    from mindspeed_rl.config_cls.loader import build_configs, load_config
-    from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS, TRAIN
+    from mindspeed_rl.plan.loader import build_configs, load_config
+    from mindspeed_rl.plan.stages import ROLLOUT, ROLLOUT_LOG_PROBS, TRAIN
     overrides = ["megatron_training.num_attention_heads=2", "megatron_training.num_query_groups=2",
                  "megatron_training.model_path=/tmp/none"]
     plan = build_configs(load_config("configs/grpo_tiny_cpu.yaml",

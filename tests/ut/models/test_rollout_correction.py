@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec, correction_spec
+from mindspeed_rl.plan.rollout_correction import CorrectionSpec, correction_spec
 from mindspeed_rl.models.loss.rollout_correction import RejectRule, correct, is_weights, reject_keep
 
 # two rows: 4 real tokens, then 2 real tokens and 2 padded

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
+from mindspeed_rl.plan.rollout_spec import RolloutSpec
 from mindspeed_rl.models.rollout.base import RolloutBackend, RolloutResult
 from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
 from mindspeed_rl.balance.rollout_queue import COMPLETE, CUT, RUNNING, LocalSource, RolloutQueue, StopRule

@@ -100,7 +100,7 @@ def _reference(model_dir):
 
 def _memory_plan(dp, tp, fsdp):
     """The memory plan of the tiny config (the same model) in this layout."""
-    from mindspeed_rl.config_cls import build_configs, load_config
+    from mindspeed_rl.plan import build_configs, load_config
     from mindspeed_rl.reports.memory_plan import plan_memory
     cfgs = build_configs(load_config("configs/grpo_tiny_cpu.yaml", [
         "megatron_training.model_path=/unused", f"rl_config.actor_resource.num_npus={dp * tp}",

@@ -10,7 +10,8 @@ from transformers import CohereConfig, Qwen2Config, Qwen2ForCausalLM
 from mindspeed_rl.models import sharding
 from mindspeed_rl.models.causal_lm import CausalLMEngine
 from mindspeed_rl.models.loss.value_loss import value_loss
-from mindspeed_rl.models.tiny_model import TINY_FAMILY_DEFAULTS, build_tiny_checkpoint
+from mindspeed_rl.families import families
+from mindspeed_rl.models.tiny_model import build_tiny_checkpoint
 from ut.models.engine_cases import engine_data
 
 # a single-process DCP save / load says it runs without torch.distributed
@@ -175,7 +176,7 @@ def test_dcp_and_pretrained_round_trips(model_dir, tmp_path):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
-@pytest.mark.parametrize("family", sorted(TINY_FAMILY_DEFAULTS))
+@pytest.mark.parametrize("family", sorted(families()))
 def test_every_family_has_a_value_head(tmp_path, family):
     path = build_tiny_checkpoint(tmp_path / family, model_type=family)
     prompts, responses = engine_data(3)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import Qwen2Config
 
-from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
+from mindspeed_rl.plan.rollout_spec import RolloutSpec
 from mindspeed_rl.models.rollout import vllm_backend
 from mindspeed_rl.models.rollout.base import RolloutResult
 from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout, cpu_bind, kv_cache_bytes

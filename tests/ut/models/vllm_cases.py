@@ -16,8 +16,8 @@ def main(work: str) -> dict:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from engine_cases import engine_data, linear_loss_fn
 
-    from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
-    from mindspeed_rl.config_cls.worker_spec import SamplingSpec
+    from mindspeed_rl.plan.rollout_spec import RolloutSpec
+    from mindspeed_rl.plan.worker_spec import SamplingSpec
     from mindspeed_rl.models.causal_lm import CausalLMEngine
     from mindspeed_rl.models.rollout.vllm_backend import VLLMRollout
     from mindspeed_rl.models.tiny_model import EOS_ID, PAD_ID, build_tiny_checkpoint
@@ -89,7 +89,7 @@ def processed_cases(actor, vllm_tokens, prompts, seeds, eos_id) -> dict:
     """The engine's log-probs are those it sampled from: after temperature, min_p and top-k, renormalised.
     Each is compared with the same processing applied here to the trainer's own logits."""
     import torch
-    from mindspeed_rl.config_cls.worker_spec import SamplingSpec
+    from mindspeed_rl.plan.worker_spec import SamplingSpec
 
     def logits_of(prompt, response):
         ids = torch.cat([prompt, torch.tensor(response, dtype=prompt.dtype)])

@@ -42,7 +42,7 @@ def test_transfer_dock_quick_exit_code_follows_the_fail_lines(monkeypatch, capsy
 
 def test_smoke_table_has_a_row_per_dp_stage_and_skips_resume_markers(tmp_path, capsys):
     import json
-    from mindspeed_rl.config_cls.stages import STAGES
+    from mindspeed_rl.plan.stages import STAGES
     table = _load("smoke_table")
     names = [s.name for s in STAGES if s.kind == "dp"]
     rows = []
@@ -130,7 +130,7 @@ def _agent_measured(case):
 def test_agent_rollout_exit_code_follows_the_fail_lines(monkeypatch, capsys, tmp_path, case):
     import json
     bench = _load("bench_agent_rollout")
-    monkeypatch.setattr("mindspeed_rl.config_cls.multi_turn.DEFAULT_ROUTING", "sticky")
+    monkeypatch.setattr("mindspeed_rl.plan.multi_turn.DEFAULT_ROUTING", "sticky")
     monkeypatch.setattr(bench, "measure", lambda args: _agent_measured(case))
     argv = ["--quick", "--out-dir", str(tmp_path)] + (["--target-scale", "2"] if case == "scaled" else [])
     code = bench.main(argv)

@@ -1,7 +1,7 @@
 """memory_plan: per-rank bytes of the shipped 7B configs, fit verdicts, errors."""
 import pytest
 
-from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.plan import build_configs, load_config
 from mindspeed_rl.reports.memory_plan import GB, main, plan_memory
 
 A3 = "configs/grpo_qwen25_7b_A3.yaml"

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.stages import ROLLOUT
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.stages import ROLLOUT
 from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
 from mindspeed_rl.trainer.modes import async_modes

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.run_plan import PlanError
-from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.run_plan import PlanError
+from mindspeed_rl.plan.stages import ROLLOUT, ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
 from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.trainer import partial_rollout
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer

@@ -2,7 +2,7 @@
 message names the row and the field, each bound at its edge."""
 import torch
 
-from mindspeed_rl.config_cls.stages import LOSS_MASK, TOOL_CALLS, TURN_STATE
+from mindspeed_rl.plan.stages import LOSS_MASK, TOOL_CALLS, TURN_STATE
 from mindspeed_rl.trainer.utils.carried_turns import apply_pass, pass_problem, row_problem
 
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from mindspeed_rl.config_cls.stages import ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
+from mindspeed_rl.plan.stages import ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
 from mindspeed_rl.trainer.utils.carry_pool import CarryPool
 
 EOS = 9

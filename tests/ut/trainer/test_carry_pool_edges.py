@@ -2,8 +2,8 @@
 last row is the only complete one, the async stop rule, and metrics of rows that made no tokens."""
 import torch
 
-from mindspeed_rl.config_cls.partial_rollout import PartialSpec
-from mindspeed_rl.config_cls.stages import ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
+from mindspeed_rl.plan.partial_rollout import PartialSpec
+from mindspeed_rl.plan.stages import ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS
 from mindspeed_rl.trainer.utils.carry_pool import CarryPool
 from mindspeed_rl.utils.token_ids import TOKEN_DTYPE
 

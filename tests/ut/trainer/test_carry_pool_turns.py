@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from mindspeed_rl.config_cls.stages import (CARRIED_TURN, LOSS_MASK, ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS, TOOL_CALLS,
+from mindspeed_rl.plan.stages import (CARRIED_TURN, LOSS_MASK, ROLLOUT_BUDGET, ROLLOUT_LOG_PROBS, TOOL_CALLS,
                                             TURN_STATE)
 from mindspeed_rl.trainer import partial_rollout
 from mindspeed_rl.trainer.utils.carry_pool import CarryPool, state_problem

@@ -1,7 +1,7 @@
 import pytest
 
 from mindspeed_rl.trainer.base import RayBaseTrainer
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan
+from mindspeed_rl.plan.run_plan import Layout, RunPlan
 from mindspeed_rl.trainer.grpo_trainer_hybrid import rank_timing_metrics
 from mindspeed_rl.utils.metrics import rank_balance_metrics
 from mindspeed_rl.trainer.utils.compute_utils import AdaptiveKLController, FixedKLController

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from mindspeed_rl.config_cls.run_plan import OverlongSpec, StagePlan
-from mindspeed_rl.config_cls.stages import FILTER_METRIC, GROUP_ADV, REWARD
+from mindspeed_rl.plan.run_plan import OverlongSpec, StagePlan
+from mindspeed_rl.plan.stages import FILTER_METRIC, GROUP_ADV, REWARD
 from mindspeed_rl.trainer.utils import compute_utils as cu
 from mindspeed_rl.data.columnar import ColumnBatch, unpadded_rows
 from mindspeed_rl.data.driver_dock import DriverDock

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from mindspeed_rl.compat.transfer_dock import PullDock as Dock
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.stages import GROUP_ADV, REWARD
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.stages import GROUP_ADV, REWARD
 from mindspeed_rl.trainer.utils import compute_utils
 from mindspeed_rl.data.driver_dock import DriverDock
 

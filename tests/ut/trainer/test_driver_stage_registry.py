@@ -6,7 +6,7 @@ import pytest
 
 from cli.train_grpo import worker_classes
 from mindspeed_rl.algorithms import DRIVER_STAGES
-from mindspeed_rl.config_cls.loader import build_configs, load_config
+from mindspeed_rl.plan.loader import build_configs, load_config
 from mindspeed_rl.trainer.driver_stages import check_stage_functions
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
 from mindspeed_rl.trainer.stage_trainer import StageTableTrainer

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import mindspeed_rl.workers.integrated_worker as iw
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.stages import REWARD
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.stages import REWARD
 from mindspeed_rl.trainer import driver_stages, stage_trainer as hybrid
 from mindspeed_rl.trainer.modes import sync
 from mindspeed_rl.trainer.utils.reward_guard import RewardFailureError

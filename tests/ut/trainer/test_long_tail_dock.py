@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from mindspeed_rl.config_cls.rollout_correction import CorrectionSpec
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
-from mindspeed_rl.config_cls.stages import (IS_WEIGHTS, LOSS_MASK, RESPONSE_MASK, ROLLOUT, ROLLOUT_CORR,
+from mindspeed_rl.plan.rollout_correction import CorrectionSpec
+from mindspeed_rl.plan.run_plan import Layout, RunPlan, StagePlan
+from mindspeed_rl.plan.stages import (IS_WEIGHTS, LOSS_MASK, RESPONSE_MASK, ROLLOUT, ROLLOUT_CORR,
                                            ROLLOUT_LOG_PROBS)
 from mindspeed_rl.models.loss.rollout_correction import RejectRule
 from mindspeed_rl.trainer.stage_runner import StageGroup

@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS
+from mindspeed_rl.plan.stages import ROLLOUT, ROLLOUT_LOG_PROBS
 from mindspeed_rl.trainer import partial_rollout
 from mindspeed_rl.trainer.modes import sync
 from mindspeed_rl.balance.rollout_queue import StopRule

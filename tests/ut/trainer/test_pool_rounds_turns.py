@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mindspeed_rl.config_cls.stages import LOSS_MASK, ROLLOUT, ROLLOUT_LOG_PROBS, TOOL_CALLS
+from mindspeed_rl.plan.stages import LOSS_MASK, ROLLOUT, ROLLOUT_LOG_PROBS, TOOL_CALLS
 from mindspeed_rl.models.rollout.base import TURN_STATE
 from mindspeed_rl.trainer.partial_rollout import PoolRounds
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
-from mindspeed_rl.config_cls.stages import GAE_ADV, KL_REWARD
+from mindspeed_rl.plan.run_plan import Layout, RunPlan, StagePlan
+from mindspeed_rl.plan.stages import GAE_ADV, KL_REWARD
 from mindspeed_rl.trainer.utils import ppo_stages
 from mindspeed_rl.data.driver_dock import DriverDock
 
@@ -94,7 +94,7 @@ def test_gae_runs_back_over_each_rows_tokens_and_whitens_the_advantages():
 
 
 def test_multi_turn_rows_take_no_kl_on_the_tools_tokens():
-    from mindspeed_rl.config_cls.stages import LOSS_MASK
+    from mindspeed_rl.plan.stages import LOSS_MASK
     kl_stage = StagePlan(KL_REWARD.name, 3, 1, False, stage=KL_REWARD, inputs=KL_REWARD.inputs + (LOSS_MASK,))
     plan = RunPlan(Layout(1, 1, 1), prompts_per_round=3, n_samples=1, mini_batch_rows=3, epochs=1, train_iters=1,
                    stages={KL_REWARD.name: kl_stage})

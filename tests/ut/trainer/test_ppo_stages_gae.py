@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
-from mindspeed_rl.config_cls.stages import GAE_ADV
+from mindspeed_rl.plan.run_plan import Layout, RunPlan, StagePlan
+from mindspeed_rl.plan.stages import GAE_ADV
 from mindspeed_rl.data.driver_dock import DriverDock
 
 LENGTHS = [2, 1, 3]
@@ -73,7 +73,7 @@ def test_gae_without_token_rewards_puts_the_score_on_the_last_token():
 def test_multi_turn_gae_runs_over_the_models_tokens_with_the_score_on_the_last_of_them():
     """Row 2 (3 tokens) is model, tool, tool: the tool tokens are skipped and the score, written on the last
     response token (a tool's), moves to the model's last token; the result equals GAE of the model's tokens alone."""
-    from mindspeed_rl.config_cls.stages import LOSS_MASK
+    from mindspeed_rl.plan.stages import LOSS_MASK
     gae = StagePlan(GAE_ADV.name, 3, 1, False, stage=GAE_ADV, inputs=GAE_ADV.inputs + (LOSS_MASK,))
     plan = RunPlan(Layout(1, 1, 1), prompts_per_round=3, n_samples=1, mini_batch_rows=3, epochs=1, train_iters=1,
                    stages={GAE_ADV.name: gae})

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
-from mindspeed_rl.config_cls.stages import TRAIN
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.run_plan import Layout, RunPlan, StagePlan
+from mindspeed_rl.plan.stages import TRAIN
 from mindspeed_rl.data.driver_dock import DriverDock as Dock
 from mindspeed_rl.balance.seqlen_balancing import get_seqlen_balanced_partitions
 

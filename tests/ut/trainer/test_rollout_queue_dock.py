@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan
-from mindspeed_rl.config_cls.stages import ROLLOUT
+from mindspeed_rl.plan.rollout_spec import RolloutSpec
+from mindspeed_rl.plan.run_plan import Layout, RunPlan, StagePlan
+from mindspeed_rl.plan.stages import ROLLOUT
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.balance.rollout_figures import queue_figures, rollout_figures, static_calls
 from mindspeed_rl.data.driver_dock import DriverDock

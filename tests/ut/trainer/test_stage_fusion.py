@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import mindspeed_rl.workers.integrated_worker as iw
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.stages import OLD, REF, REWARD, ROLLOUT, TRAIN
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.stages import OLD, REF, REWARD, ROLLOUT, TRAIN
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.workers.parallel_state import ParallelState

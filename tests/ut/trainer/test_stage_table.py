@@ -10,9 +10,9 @@ import torch
 
 import mindspeed_rl.workers.integrated_worker as iw
 from mindspeed_rl.algorithms import DRIVER_STAGES
-from mindspeed_rl.config_cls import build_configs, load_config, stages
-from mindspeed_rl.config_cls.run_plan import PlanError
-from mindspeed_rl.config_cls.stages import GROUP_ADV, REWARD, SEQ_COLUMNS, TRAIN, Stage
+from mindspeed_rl.plan import build_configs, load_config, stages
+from mindspeed_rl.plan.run_plan import PlanError
+from mindspeed_rl.plan.stages import GROUP_ADV, REWARD, SEQ_COLUMNS, TRAIN, Stage
 from mindspeed_rl.trainer.grpo_trainer_hybrid import RayGRPOTrainer
 from mindspeed_rl.trainer.utils.compute_utils import put_columns
 from mindspeed_rl.workers.parallel_state import ParallelState

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.run_plan import PlanError
-from mindspeed_rl.config_cls.trainer_mode import KNOWN, AsyncSpec
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.run_plan import PlanError
+from mindspeed_rl.plan.trainer_mode import KNOWN, AsyncSpec
 from mindspeed_rl.trainer.modes import async_modes, mode_step, register_mode, registry, sync
 from mindspeed_rl.trainer.partial_rollout import merge_takes
 

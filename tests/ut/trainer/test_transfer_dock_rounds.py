@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_rl.config_cls.run_plan import BalanceSpec, Layout, RunPlan, StagePlan
-from mindspeed_rl.config_cls.stages import OLD, SEQ_COLUMNS, TRAIN
+from mindspeed_rl.plan.run_plan import BalanceSpec, Layout, RunPlan, StagePlan
+from mindspeed_rl.plan.stages import OLD, SEQ_COLUMNS, TRAIN
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.data.driver_dock import DriverDock
 from mindspeed_rl.utils.metrics import Metric

@@ -11,8 +11,8 @@ from transformers.utils import logging as hf_logging
 
 import mindspeed_rl.workers.base_worker as bw
 from mindspeed_rl.config_cls import RLConfig
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan, Timeouts
-from mindspeed_rl.config_cls.stages import OLD, REF, REWARD
+from mindspeed_rl.plan.run_plan import Layout, RunPlan, StagePlan, Timeouts
+from mindspeed_rl.plan.stages import OLD, REF, REWARD
 from mindspeed_rl.trainer.stage_runner import StageGroup, StageRef
 from mindspeed_rl.data.columnar import ColumnBatch
 from mindspeed_rl.workers.parallel_state import ParallelState
@@ -49,7 +49,7 @@ def test_config_objects_are_refused_by_name_in_order():
         bw.BaseWorker(rank=0, world_size=2, run_plan=_plan(), rl_config=RLConfig({}), a_config=RLConfig({}),
                       note="plain values pass")
     assert str(info.value) == ("BaseWorker takes no config objects (got ['a_config', 'rl_config']); put what the "
-                               "worker reads in the run plan's worker spec (config_cls.worker_spec)")
+                               "worker reads in the run plan's worker spec (plan.worker_spec)")
 
 
 def test_world_size_must_match_the_layout():

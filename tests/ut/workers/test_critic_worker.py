@@ -8,8 +8,8 @@ import torch
 
 import mindspeed_rl.workers.critic_worker as cw
 import mindspeed_rl.workers.engine_worker as engine_worker
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.stages import CRITIC_TRAIN, VALUES
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.stages import CRITIC_TRAIN, VALUES
 from mindspeed_rl.models.loss.value_loss import value_loss
 from mindspeed_rl.data.columnar import ColumnBatch
 from mindspeed_rl.utils.checkpoint import CheckpointError
@@ -210,7 +210,7 @@ def test_export_writes_the_value_model(critic, tmp_path):
 
 
 def test_multi_turn_rows_train_the_value_head_on_the_models_tokens_only(critic):
-    from mindspeed_rl.config_cls.stages import LOSS_MASK
+    from mindspeed_rl.plan.stages import LOSS_MASK
     plan, worker = critic("rl_config.token_level_loss=true")
     batch = _batch([2, 3])
     masks = [torch.tensor([1, 0], dtype=torch.int8), torch.tensor([1, 0, 1], dtype=torch.int8)]

@@ -14,8 +14,8 @@ import ray
 import torch
 
 import mindspeed_rl.workers.integrated_worker as iw
-from mindspeed_rl.config_cls import build_configs, load_config
-from mindspeed_rl.config_cls.stages import OLD, ROLLOUT, TRAIN
+from mindspeed_rl.plan import build_configs, load_config
+from mindspeed_rl.plan.stages import OLD, ROLLOUT, TRAIN
 from mindspeed_rl.models.loss.grpo_loss import compute_group_norm_advantages
 from mindspeed_rl.models.lr_schedule import lr_at
 from mindspeed_rl.trainer.stage_runner import StageGroup, run_dp_stage, run_queued_stage

@@ -5,8 +5,8 @@ the workers; the tests check what happens, not how fast."""
 import pytest
 import torch.distributed as dist
 
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan, Timeouts
-from mindspeed_rl.config_cls.stages import TRAIN
+from mindspeed_rl.plan.run_plan import Layout, RunPlan, StagePlan, Timeouts
+from mindspeed_rl.plan.stages import TRAIN
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.utils.dist_sync import all_reduce_scalar
 from mindspeed_rl.workers.base_worker import BaseWorker

@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from mindspeed_rl.config_cls.run_plan import StagePlan
-from mindspeed_rl.config_cls.stages import TRAIN
+from mindspeed_rl.plan.run_plan import StagePlan
+from mindspeed_rl.plan.stages import TRAIN
 from mindspeed_rl.data.driver_dock import QueueRound
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.workers.scheduler import launcher

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import ray
 
-from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, StagePlan, Timeouts
-from mindspeed_rl.config_cls.stages import TRAIN
+from mindspeed_rl.plan.rollout_spec import RolloutSpec
+from mindspeed_rl.plan.run_plan import Layout, RunPlan, StagePlan, Timeouts
+from mindspeed_rl.plan.stages import TRAIN
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.data.driver_dock import QueueRound
 from mindspeed_rl.workers.base_worker import BaseWorker

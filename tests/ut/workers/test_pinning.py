@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.plan import build_configs, load_config
 from mindspeed_rl.workers.scheduler import pinning
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.plan import build_configs, load_config
 from mindspeed_rl.models.tiny_model import build_tiny_checkpoint
 from mindspeed_rl.workers.integrated_worker import IntegratedWorker
 from mindspeed_rl.workers.parallel_state import ParallelState

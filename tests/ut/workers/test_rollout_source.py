@@ -10,8 +10,8 @@ import torch
 
 import mindspeed_rl.workers.integrated_worker as iw
 import mindspeed_rl.workers.rollout_source as rs
-from mindspeed_rl.config_cls.rollout_spec import RolloutSpec
-from mindspeed_rl.config_cls.stages import ROLLOUT, ROLLOUT_LOG_PROBS, TRAIN
+from mindspeed_rl.plan.rollout_spec import RolloutSpec
+from mindspeed_rl.plan.stages import ROLLOUT, ROLLOUT_LOG_PROBS, TRAIN
 from mindspeed_rl.trainer.stage_runner import StageGroup
 from mindspeed_rl.balance.rollout_queue import RolloutQueue
 from mindspeed_rl.workers.parallel_state import ParallelState

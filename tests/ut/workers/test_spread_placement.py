@@ -11,7 +11,7 @@ import tempfile
 import pytest
 import ray
 
-from mindspeed_rl.config_cls.run_plan import Layout, RunPlan, Timeouts
+from mindspeed_rl.plan.run_plan import Layout, RunPlan, Timeouts
 from mindspeed_rl.workers.base_worker import BaseWorker
 from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
 

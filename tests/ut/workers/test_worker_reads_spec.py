@@ -8,7 +8,7 @@ import torch
 
 import mindspeed_rl.workers.engine_worker as engine_worker
 import mindspeed_rl.workers.integrated_worker as iw
-from mindspeed_rl.config_cls import build_configs, load_config
+from mindspeed_rl.plan import build_configs, load_config
 from mindspeed_rl.data.columnar import ColumnBatch
 from mindspeed_rl.workers.parallel_state import ParallelState
 

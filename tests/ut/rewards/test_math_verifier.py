@@ -1,8 +1,8 @@
 """The text verifiers on hand-written responses, with the scores upstream's verifiers give."""
 import pytest
 
-from mindspeed_rl.models import math_verifier as mv
-from mindspeed_rl.models.math_verifier import final_answer, format_reward, math_acc, toolkit_answer
+from mindspeed_rl.rewards import math_verifier as mv
+from mindspeed_rl.rewards.math_verifier import final_answer, format_reward, math_acc, toolkit_answer
 
 CASES = [
     # (response, label, score, how it was decided)

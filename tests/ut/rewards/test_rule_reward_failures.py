@@ -3,8 +3,8 @@ as raised), integer scores from a custom verifier, and the pool defaults, withou
 import pytest
 import torch
 
-from mindspeed_rl.models import rule_reward as rr
-from mindspeed_rl.models.rule_reward import VerifierReward
+from mindspeed_rl.rewards import rule_reward as rr
+from mindspeed_rl.rewards.rule_reward import VerifierReward
 
 EOS = 13
 

@@ -3,7 +3,7 @@ metrics count, so it is part of the behaviour. Answer extraction in upstream's o
 the DAPO and ReTool checks read, the chat-template cut of ``acc`` and the string fallback."""
 import pytest
 
-from mindspeed_rl.models import math_verifier as mv
+from mindspeed_rl.rewards import math_verifier as mv
 
 R1 = "<think>t</think><answer>{}</answer>"
 

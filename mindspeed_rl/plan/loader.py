@@ -27,15 +27,15 @@ import yaml
 from mindspeed_rl.config_cls.base_config import check_type
 from mindspeed_rl.config_cls.generate_config import GenerateConfig
 from mindspeed_rl.config_cls.key_types import unset_types
-from mindspeed_rl.config_cls.idle_keys import idle_key_lines
-from mindspeed_rl.config_cls.learning_signal import zero_advantage_reasons
+from mindspeed_rl.plan.idle_keys import idle_key_lines
+from mindspeed_rl.plan.learning_signal import zero_advantage_reasons
 from mindspeed_rl.config_cls.megatron_config import MegatronConfig
 from mindspeed_rl.config_cls.model_arch import check_fixed
 from mindspeed_rl.config_cls.rl_config import RLConfig
-from mindspeed_rl.config_cls.rollout_spec import check_model_len
-from mindspeed_rl.config_cls.run_plan import RunPlan, build_run_plan
+from mindspeed_rl.plan.rollout_spec import check_model_len
+from mindspeed_rl.plan.run_plan import RunPlan, build_run_plan
 from mindspeed_rl.config_cls.unimplemented import check_keys
-from mindspeed_rl.config_cls.validate_config import check_rl_args, write_derived
+from mindspeed_rl.plan.validate import check_rl_args, write_derived
 from mindspeed_rl.utils.checkpoint import CheckpointError, load_kind, resolve
 from mindspeed_rl.utils.megatron_format import megatron_load_error
 from mindspeed_rl.utils.wandb_log import check_wandb
@@ -362,8 +362,8 @@ def _upstream_semantics(cfg, rl_config):
 
 
 def _check_verifiers(rl_config):
-    """Verifier names are checked now (models/rule_reward.text_verifier_path), not in a worker later."""
-    from mindspeed_rl.models.rule_reward import text_verifier_path
+    """Verifier names are checked now (rewards/rule_reward.text_verifier_path), not in a worker later."""
+    from mindspeed_rl.rewards.rule_reward import text_verifier_path
     for name in rl_config.verifier_function:
         if not isinstance(name, str):
             raise ConfigError(f"rl_config.verifier_function: {name!r} is not a verifier name")

@@ -39,7 +39,7 @@ def swallowing_everything(response: str, label: str):
 def hang_inside_math_verify(response: str, label: str):
     """math_acc with math-verify's extraction hanging for a response "slow"."""
     import math_verify.parser as parser
-    from mindspeed_rl.models.math_verifier import math_acc
+    from mindspeed_rl.rewards.math_verifier import math_acc
     if not getattr(parser, "_test_patched", False):
         real = parser.extract_target_from_pred
 

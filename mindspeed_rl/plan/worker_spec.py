@@ -10,8 +10,8 @@ from typing import Optional, Tuple
 from mindspeed_rl.algorithms import POLICY_LOSSES
 from mindspeed_rl.algorithms.aggregation import check_mode
 from mindspeed_rl.config_cls.checks import flag as _flag, number as _number, text as _text
-from mindspeed_rl.config_cls.rollout_spec import RolloutSpec, rollout_spec
-from mindspeed_rl.config_cls.stages import OLD, REF, TRAIN, VALUES
+from mindspeed_rl.plan.rollout_spec import RolloutSpec, rollout_spec
+from mindspeed_rl.plan.stages import OLD, REF, TRAIN, VALUES
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from mindspeed_rl.models.rule_reward import text_verifier_path
+from mindspeed_rl.rewards.rule_reward import text_verifier_path
 
 
 def test_hint_lists_at_most_three_close_names():

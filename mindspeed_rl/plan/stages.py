@@ -2,7 +2,7 @@
 
 The run plan iterates this table: a row runs when its ``when`` holds for the
 run's ``Features``, and its DP share sizes come from its ``dispatch_key`` and
-``share`` (config_cls/run_plan.py). A ``dp`` stage runs on the ranks of its
+``share`` (plan/run_plan.py). A ``dp`` stage runs on the ranks of its
 ``role``'s worker group, each DP rank on its own shares of the round; a
 ``driver`` stage runs in the driver on the whole round (one fetch in row
 order, one put). Adding a stage is one row here and one function registered

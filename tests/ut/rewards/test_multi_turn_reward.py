@@ -3,8 +3,8 @@ bonus as upstream scores it, and the reward stage hands each row's tool rounds t
 import pytest
 import torch
 
-from mindspeed_rl.models.math_verifier import retool_tool_bonus
-from mindspeed_rl.models.rule_reward import VerifierReward
+from mindspeed_rl.rewards.math_verifier import retool_tool_bonus
+from mindspeed_rl.rewards.rule_reward import VerifierReward
 from mindspeed_rl.models.tiny_text_tokenizer import build_text_tokenizer
 from mindspeed_rl.trainer.utils.reward_stage import score_rows
 
@@ -63,7 +63,7 @@ def test_the_reward_stage_gives_tool_rounds_only_to_functions_that_take_them():
 
 
 def test_the_toy_tool_task_rewards_the_answer_after_the_tool_and_nudges_a_call():
-    from mindspeed_rl.models.rule_reward import tool_match
+    from mindspeed_rl.rewards.rule_reward import tool_match
     from mindspeed_rl.models.tiny_model import EOS_ID, TOOL_CALL_ID, TOOL_CLOSE_ID, TOOL_OPEN_ID
     label = torch.tensor([7])
     called = [TOOL_CALL_ID, EOS_ID, TOOL_OPEN_ID, 7, TOOL_CLOSE_ID]

@@ -4,9 +4,9 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from mindspeed_rl.models.math_verifier import retool_tool_bonus
+from mindspeed_rl.rewards.math_verifier import retool_tool_bonus
 from mindspeed_rl.models.tiny_model import MAX_TOY_LENGTH, TOOL_CALL_ID, TOOL_CLOSE_ID
-from mindspeed_rl.models.verifier_pool import VerifierPool, resolve
+from mindspeed_rl.rewards.verifier_pool import VerifierPool, resolve
 
 
 def _tokens(t: torch.Tensor) -> List[int]:
@@ -56,7 +56,7 @@ VERIFIERS: Dict[str, Callable[[torch.Tensor, torch.Tensor, int], float]] = {
 }
 # text verifiers: decoded response and label, run in worker processes under verifier_timeout.
 # The names are upstream MindSpeed-RL's (models/rule_verifier.py); see math_verifier.py for what each scores.
-_MV = "mindspeed_rl.models.math_verifier"
+_MV = "mindspeed_rl.rewards.math_verifier"
 TEXT_VERIFIERS = {
     "acc": f"{_MV}:acc",
     "format": f"{_MV}:format_reward",

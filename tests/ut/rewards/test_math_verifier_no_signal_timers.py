@@ -3,7 +3,7 @@ verifier pool times each response itself), and its log is cut to errors."""
 import logging
 import threading
 
-from mindspeed_rl.models import math_verifier as mv
+from mindspeed_rl.rewards import math_verifier as mv
 
 
 def _in_thread(fn, *args):

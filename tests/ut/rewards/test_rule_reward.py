@@ -3,10 +3,10 @@ import os
 import pytest
 import torch
 
-from mindspeed_rl.models.rule_reward import (TEXT_VERIFIERS, VERIFIERS, VerifierReward, copy_match, length_match,
+from mindspeed_rl.rewards.rule_reward import (TEXT_VERIFIERS, VERIFIERS, VerifierReward, copy_match, length_match,
                                              verifier_names)
 from mindspeed_rl.models.tiny_model import build_toy_tokenizer
-from mindspeed_rl.models.verifier_pool import VerifierPool
+from mindspeed_rl.rewards.verifier_pool import VerifierPool
 
 EOS = 13
 TEXT_TOKENIZER = os.path.join(os.path.dirname(__file__), "..", "..", "..", "data", "tiny_text_tokenizer")
@@ -122,25 +122,25 @@ def test_hanging_or_crashing_verifier_scores_zero_and_the_step_goes_on():
     # outcomes only: the timer is short against a 60 s hang, and cheap verifiers finish far inside it
     pool = VerifierPool(processes=2, timeout=3.0)
     try:
-        scores, outcomes = pool.score("tests.ut.models.slow_verifier:sleepy", ["ok", "slow", "ok"], ["", "", ""])
+        scores, outcomes = pool.score("tests.ut.rewards.slow_verifier:sleepy", ["ok", "slow", "ok"], ["", "", ""])
         assert scores == [1.0, 0.0, 1.0] and outcomes == {"ok": 2, "timeout": 1}
-        scores, outcomes = pool.score("tests.ut.models.slow_verifier:crashy", ["crash", "ok"], ["", ""])
+        scores, outcomes = pool.score("tests.ut.rewards.slow_verifier:crashy", ["crash", "ok"], ["", ""])
         assert scores == [0.0, 1.0] and outcomes == {"error": 1, "ok": 1}
         # answers that are no number score 0 as errors that say what came back, not as dead workers
-        scores, outcomes = pool.score("tests.ut.models.slow_verifier:wordy", ["ok", "no"], ["", ""])
+        scores, outcomes = pool.score("tests.ut.rewards.slow_verifier:wordy", ["ok", "no"], ["", ""])
         assert scores == [0.0, 0.0] and outcomes == {"error": 2}
         assert pool.first_error == "returned str 'correct', not a score or (score, outcome)"
-        scores, _ = pool.score("tests.ut.models.slow_verifier:crashy", ["ok"], [""])  # the same workers go on
+        scores, _ = pool.score("tests.ut.rewards.slow_verifier:crashy", ["ok"], [""])  # the same workers go on
         assert scores == [1.0]
         # a worker process that dies is named as such; the next call gets fresh workers
-        scores, outcomes = pool.score("tests.ut.models.slow_verifier:dying", ["die"], [""])
+        scores, outcomes = pool.score("tests.ut.rewards.slow_verifier:dying", ["die"], [""])
         assert scores == [0.0] and outcomes == {"error": 1} and pool.first_error == "worker died"
-        assert pool.score("tests.ut.models.slow_verifier:dying", ["ok"], [""])[0] == [1.0]
+        assert pool.score("tests.ut.rewards.slow_verifier:dying", ["ok"], [""])[0] == [1.0]
     finally:
         pool.close()
     pool = VerifierPool(processes=1, timeout=60.0)  # real math: a generous timer
     try:
-        scores, outcomes = pool.score("mindspeed_rl.models.math_verifier:base_acc",
+        scores, outcomes = pool.score("mindspeed_rl.rewards.math_verifier:base_acc",
                                       ["<think>1+1</think><answer>\\boxed{2}</answer>"], ["2"])
         assert scores == [1.0] and outcomes == {"math_verify": 1}
     finally:
@@ -150,9 +150,9 @@ def test_hanging_or_crashing_verifier_scores_zero_and_the_step_goes_on():
 @pytest.mark.parametrize("verifier", ["swallowing", "swallowing_everything", "hang_inside_math_verify"])
 def test_a_timeout_caught_inside_the_verifier_still_counts_as_a_timeout(verifier):
     # math-verify's parse catches Exception; a timed-out response must not be scored by its fallback
-    pool = VerifierPool(processes=1, timeout=3.0, warm=["mindspeed_rl.models.math_verifier:math_acc"])
+    pool = VerifierPool(processes=1, timeout=3.0, warm=["mindspeed_rl.rewards.math_verifier:math_acc"])
     try:
-        scores, outcomes = pool.score(f"tests.ut.models.slow_verifier:{verifier}", ["slow", "7"], ["slow", "7"])
+        scores, outcomes = pool.score(f"tests.ut.rewards.slow_verifier:{verifier}", ["slow", "7"], ["slow", "7"])
     finally:
         pool.close()
     assert scores == [0.0, 1.0]
@@ -161,18 +161,18 @@ def test_a_timeout_caught_inside_the_verifier_still_counts_as_a_timeout(verifier
 
 def test_the_timer_starts_after_the_worker_is_warm():
     # the module's warm_up() runs in the pool initializer; without it the verifier would hang (60 s) past 3 s
-    pool = VerifierPool(processes=1, timeout=3.0, warm=["tests.ut.models.slow_verifier:needs_warm_up"])
+    pool = VerifierPool(processes=1, timeout=3.0, warm=["tests.ut.rewards.slow_verifier:needs_warm_up"])
     try:
-        scores, outcomes = pool.score("tests.ut.models.slow_verifier:needs_warm_up", ["a", "b"], ["", ""])
+        scores, outcomes = pool.score("tests.ut.rewards.slow_verifier:needs_warm_up", ["a", "b"], ["", ""])
     finally:
         pool.close()
     assert scores == [1.0, 1.0] and outcomes == {"ok": 2}
 
 
 def test_reward_metrics_count_timeouts_and_errors_per_verifier():
-    reward = VerifierReward(["tests.ut.models.slow_verifier:sleepy", "tests.ut.models.slow_verifier:crashy"], [1.0, 1.0],
+    reward = VerifierReward(["tests.ut.rewards.slow_verifier:sleepy", "tests.ut.rewards.slow_verifier:crashy"], [1.0, 1.0],
                         eos_id=EOS, tokenizer=build_toy_tokenizer(), timeout=3.0)
-    name_s, name_c = "tests.ut.models.slow_verifier:sleepy", "tests.ut.models.slow_verifier:crashy"
+    name_s, name_c = "tests.ut.rewards.slow_verifier:sleepy", "tests.ut.rewards.slow_verifier:crashy"
     try:
         reward.pool.score = _fake_score(reward.pool.score)
         out = reward([t(1, EOS), t(2, EOS)], [t(1), t(1)])

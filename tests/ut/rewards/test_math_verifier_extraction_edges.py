@@ -1,6 +1,6 @@
 """Answer extraction at its edges: a \\boxed without a brace after it falls back to the one before,
 '$' and case in the answers, the first paragraph after 答案是, and the fallback's normal form."""
-from mindspeed_rl.models import math_verifier as mv
+from mindspeed_rl.rewards import math_verifier as mv
 
 
 def test_last_boxed_falls_back_past_a_boxed_without_brace():

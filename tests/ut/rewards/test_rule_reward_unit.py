@@ -3,8 +3,8 @@ whole, decoded once), how it weighs and reports the scores, and how it checks it
 import pytest
 import torch
 
-from mindspeed_rl.models import rule_reward as rr
-from mindspeed_rl.models.rule_reward import VerifierReward
+from mindspeed_rl.rewards import rule_reward as rr
+from mindspeed_rl.rewards.rule_reward import VerifierReward
 
 EOS = 13
 
