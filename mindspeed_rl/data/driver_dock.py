@@ -12,8 +12,8 @@ writes every rank's results back in one call; driver stages read with
 ``get_rows`` and write with ``put_experience``. The driver runs the stages in
 order, so every read finds its data: nothing here waits, polls or locks.
 
-Upstream's pull API (a Ray actor that ranks call, ``get_experience``) lives in
-``mindspeed_rl.compat.transfer_dock``; upstream's path mindspeed_rl.trainer.utils.transfer_dock
+Upstream's pull API (a Ray actor that ranks call, ``get_experience``) lives in the
+compat package (compat/transfer_dock.py); upstream's module path (trainer/utils/transfer_dock.py)
 hands on both. A stage group (``group``) is the stage runner's StageGroup: its ``stages`` and ``names``.
 """
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union

@@ -1,8 +1,9 @@
-"""Old path of ``mindspeed_rl.reports.balance_report``: ``python -m mindspeed_rl.tools.balance_report`` still runs it."""
+"""Old path of ``mindspeed_rl.reports.balance_report`` (a face: the same module object, named by string so this low
+package imports nothing above it); ``python -m mindspeed_rl.tools.balance_report`` still runs it."""
+import importlib
 import sys
 
-from mindspeed_rl.reports.balance_report import *  # noqa: F401,F403  (the names users imported from here)
-from mindspeed_rl.reports.balance_report import main
-
+_home = importlib.import_module("mindspeed_rl.reports.balance_report")
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_home.main())
+sys.modules[__name__] = _home

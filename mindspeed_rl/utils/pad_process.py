@@ -1,7 +1,6 @@
-"""Upstream's path of its padding helpers; they live in mindspeed_rl.compat.pad_process (this name is that
-module object)."""
+"""Upstream's path of its padding helpers; they live in mindspeed_rl.compat.pad_process (a face: this name is that
+module object, named by string so utils imports nothing above it)."""
+import importlib
 import sys
 
-from mindspeed_rl.compat import pad_process as _home
-
-sys.modules[__name__] = _home
+sys.modules[__name__] = importlib.import_module("mindspeed_rl.compat.pad_process")

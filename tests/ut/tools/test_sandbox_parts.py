@@ -170,6 +170,7 @@ def _my_sandboxes():
 
 
 def test_a_cancelled_run_kills_its_sandbox_and_closes_its_pipes(box, monkeypatch):
+    gc.collect()  # earlier tests' garbage closes its descriptors now, not in the middle of the count
     fds = len(os.listdir("/proc/self/fd"))
     unraisable = []  # a transport left open fails in its __del__ once the loop is gone
     monkeypatch.setattr(sys, "unraisablehook", lambda info: unraisable.append(info.exc_value))
@@ -192,7 +193,7 @@ def test_a_cancelled_run_kills_its_sandbox_and_closes_its_pipes(box, monkeypatch
         time.sleep(0.1)
     assert _my_sandboxes() == []
     gc.collect()
-    assert len(os.listdir("/proc/self/fd")) == fds
+    assert len(os.listdir("/proc/self/fd")) <= fds  # a pipe left open would add descriptors
     assert unraisable == []
 
 
