@@ -41,11 +41,13 @@ def test_a_new_module_is_a_new_backend(backends_folder):
         "from mindspeed_rl.models.rollout.registry import register_backend\n"
         "@register_backend('echo')\n"
         "def make(spec, actor, model_path, device, rank, world_size, seed, trust_remote_code):\n"
-        "    return ('echo', actor, model_path, rank, world_size, seed, trust_remote_code)\n")
+        "    return ('echo', actor, model_path, device, rank, world_size, seed, trust_remote_code)\n")
     (backends_folder / "helpers.py").write_text("")  # not a backend: no _backend suffix
     assert registry.backend_names() == ("echo",)
     assert registry.make_backend(SimpleNamespace(backend="echo"), "A", "m", "cpu", 1, 2, 3, True) == (
-        "echo", "A", "m", 1, 2, 3, True)
+        "echo", "A", "m", "cpu", 1, 2, 3, True)
+    # remote code is trusted only when asked
+    assert registry.make_backend(SimpleNamespace(backend="echo"), "A", "m", "npu", 0, 1, 0)[-2:] == (0, False)
 
 
 def test_unknown_and_unregistered_names_are_one_error(backends_folder):

@@ -101,7 +101,7 @@ class Actor:
         return True
 actor = Actor.remote()
 ray.get(actor.ready.remote())
-print(ray._private.worker._global_node.get_session_dir_path(), ray_utils._OWN_TEMP_DIRS[0], flush=True)
+print("SESSION", ray._private.worker._global_node.get_session_dir_path(), ray_utils._OWN_TEMP_DIRS[0], flush=True)
 time.sleep(600)
 """
 
@@ -113,7 +113,8 @@ from mindspeed_rl.utils.ray_reaper import session_processes
 RAY = os.path.dirname(importlib.util.find_spec("ray").origin)
 ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 driver = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, text=True)
-session, temp = driver.stdout.readline().split()
+# the driver's own line (a slow start may print Ray's notices first)
+session, temp = next(line for line in driver.stdout if line.startswith("SESSION ")).split()[1:]
 names = {}
 for pid in session_processes(session, RAY, skip={os.getpid()}):
     with open(f"/proc/{pid}/cmdline", "rb") as f:
