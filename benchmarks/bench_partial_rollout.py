@@ -17,18 +17,25 @@ so that a load changing over time hits every way alike:
   top the pool up while a whole batch fits (up to 2 x global_batch_size prompts), passes over the incomplete
   rows (at most ceil(max_tokens / N) new tokens each, carried rows first in the queue by CarryPool.pass_groups)
   until >= global_batch_size groups are complete, take them.
-Metric: rows trained / rollout seconds (wall time of the passes: queue load + both engines' serve), median
-(min-max) over repeats; also rollout seconds and passes per iteration, tokens generated and re-prefilled
-(a carried row's prompt is its prompt + tokens so far), the fraction of trained rows that were continued, the
-mean token age (iterations).
+Metric (judged): rows trained / rollout seconds (wall time of the passes: queue load + both engines' serve) from an
+empty pool to an empty pool: every iteration counts, the warm-up one too, and after the last one partial rollout
+drains its pool (passes with no new prompts until every row is complete, every group trained) while plain rolls
+out the batch the pool drew beyond the iterations: both ways finish the same prompts. Without the drain
+the rows still in the pool at the end (the long ones: the pool trains complete groups first) are paid for only up
+to where they were cut, and the warm-up iteration's work on rows trained later is free: a short run flatters
+partial rollout (the "pool left" column: iterations after the warm-up, the pool left as it is, as before). Median
+(min-max) over repeats; also, over the iterations after the warm-up, rollout seconds and passes per iteration,
+tokens generated and re-prefilled (a carried row's prompt is its prompt + tokens so far), the fraction of trained
+rows that were continued, the mean token age (iterations); the rows the drain finished.
 
 TARGET: the best partial N >= 1.4x plain throughput at the judged engine setting (the first of --caps;
 default max_num_seqs 8, bench_rollout_balance's). Other --caps are measured and reported, not judged.
 Exits 1 and prints FAIL when the target is missed.
 
---quick: 14M model, 8 prompts per iteration, 3 iterations, one repeat, N in {2, 4}, cap 8 (~3 min); writes
-nothing under benchmarks/results/. Full: 16 prompts, 6 iterations, 3 repeats, N in {2, 4, 8}, caps 8 and 64;
-writes benchmarks/results/bench_partial_rollout.{md,json}.
+--quick: 14M model, 16 prompts per iteration (the full run's judged workload: with 8 the engines run more
+tail-bound, and a quick run measured partial N=2 at 1.22x plain where the full table has 0.96x), 3 iterations, one
+repeat, N in {2, 4}, cap 8 (~3 min); writes nothing under benchmarks/results/. Full: 16 prompts, 6 iterations,
+3 repeats, N in {2, 4, 8}, caps 8 and 64; writes benchmarks/results/bench_partial_rollout.{md,json}.
 
 Usage:
     python benchmarks/bench_partial_rollout.py [--quick] [--repeats R] [--iters I] [--prompts G] [--splits 2,4]
@@ -58,6 +65,7 @@ from bench_rollout_balance import ENGINES, MAX_TOKENS, SAMPLES, cell, draw_round
 
 RESULTS = ROOT / "benchmarks" / "results"
 TARGET_GAIN = 1.4
+POOL = 2  # partial rollout's pool holds POOL x global_batch_size prompts: it draws POOL - 1 batches more than plain
 MAX_MODEL_LEN = 1024  # prompt (<= 64) + max_tokens (512) fits
 
 
@@ -163,14 +171,20 @@ class Harness:
 
 
 def new_record():
+    """Per iteration after the warm-up: its figures; ``warmup``: the warm-up iteration's seconds and rows;
+    ``drain``: the passes after the last iteration that finish the pool (partial rollout only)."""
     return {"rollout_s": [], "busy_s": [], "passes": [], "steps": [], "tokens": [], "prefill": [],
-            "continued": [], "age": [], "rows": []}
+            "continued": [], "age": [], "rows": [], "warmup": {"rollout_s": 0.0, "rows": 0},
+            "drain": {"rollout_s": 0.0, "rows": 0, "passes": 0, "left_rows": 0}}
 
 
 def run_plain(h: Harness, stream, iters: int, seed: int):
-    """Yields its record after every iteration (the warm-up one included)."""
+    """Yields its record after every iteration (the warm-up one included), then after its drain: the POOL - 1
+    batches partial rollout drew beyond the iterations (its pool's top-up), rolled out too, so that both ways
+    finish the same prompts."""
     rec = new_record()
-    for it in range(iters + 1):
+
+    def one_batch(it):
         prompts, lengths = next(stream)
         rows = [p for p in prompts for _ in range(SAMPLES)]
         budgets = lengths.reshape(-1).tolist()
@@ -179,7 +193,13 @@ def run_plain(h: Harness, stream, iters: int, seed: int):
         wall, busy, made, steps = h.run_pass(rows, budgets, seeds, groups)
         if [len(m) for m in made] != budgets:
             raise RuntimeError("plain: a row's response length differs from its budget")
-        if it > 0:  # after the warm-up iteration
+        return rows, budgets, wall, busy, steps
+
+    for it in range(iters + 1):
+        rows, budgets, wall, busy, steps = one_batch(it)
+        if it == 0:
+            rec["warmup"] = {"rollout_s": wall, "rows": len(rows)}
+        else:  # after the warm-up iteration
             rec["rollout_s"].append(wall)
             rec["busy_s"].append(busy)
             rec["passes"].append(1)
@@ -190,6 +210,14 @@ def run_plain(h: Harness, stream, iters: int, seed: int):
             rec["age"].append(0.0)
             rec["rows"].append(len(rows))
         yield rec
+    drain = {"rollout_s": 0.0, "rows": 0, "passes": 0, "left_rows": 0}  # nothing carried; the batches partial drew
+    for extra in range(POOL - 1):
+        rows, _, wall, _, _ = one_batch(iters + 1 + extra)
+        drain["rollout_s"] += wall
+        drain["rows"] += len(rows)
+        drain["passes"] += 1
+    rec["drain"] = drain
+    yield rec
 
 
 def run_partial(h: Harness, stream, iters: int, split: int, prompts_per_iter: int, seed: int):
@@ -200,7 +228,7 @@ def run_partial(h: Harness, stream, iters: int, split: int, prompts_per_iter: in
     from mindspeed_rl.models.rollout.base import ROLLOUT_BUDGET
     from mindspeed_rl.trainer.utils.carry_pool import CarryPool
     from mindspeed_rl.utils.token_ids import TOKEN_DTYPE
-    spec = PartialSpec(split, MAX_TOKENS, prompts_per_iter, 2 * prompts_per_iter)
+    spec = PartialSpec(split, MAX_TOKENS, prompts_per_iter, POOL * prompts_per_iter)
     eos = MODEL_SMALL["vocab_size"]  # out of the vocabulary: never sampled, only written at a row's natural end
     pool = CarryPool(SAMPLES, spec.max_tokens, spec.pass_tokens, eos, extra_columns=("natural",))
 
@@ -218,6 +246,33 @@ def run_partial(h: Harness, stream, iters: int, split: int, prompts_per_iter: in
         return [int(pool.rows[i]["extra"]["natural"][place[i]]) for i in indexes]
 
     rec, passes_total = new_record(), 0
+
+    def one_pass(it):
+        """A pass over the pool's incomplete rows; (wall s, busy s, engine steps, tokens made, prompt tokens)."""
+        nonlocal passes_total
+        rows = pool.pass_rows()
+        inputs = pool.pass_inputs(rows)
+        done = [pool.rows[i]["tokens"].numel() for i in rows]
+        lengths = natural(rows)
+        budgets = [min(int(b), n - d) for b, n, d in zip(inputs[ROLLOUT_BUDGET], lengths, done)]
+        if min(budgets) <= 0:
+            raise RuntimeError("partial: an incomplete row has reached its natural length")
+        groups, prior = pool.pass_groups(rows)
+        seeds = [seed * 10_000_000 + passes_total * 10_000 + k for k in range(len(rows))]
+        passes_total += 1
+        prompts = [p.tolist() for p in inputs["prompts"]]
+        wall, busy, made, st = h.run_pass(prompts, budgets, seeds, groups, prior)
+        if [len(m) for m in made] != budgets:
+            raise RuntimeError("partial: a row's response length differs from its budget")
+        responses = []
+        for m, n, d in zip(made, lengths, done):
+            new = torch.tensor(m, dtype=TOKEN_DTYPE)
+            if d + new.numel() >= n:
+                new[-1] = eos  # the row's natural end: as if the engine had sampled EOS here
+            responses.append(new)
+        pool.extend(rows, responses, None, it)
+        return wall, busy, st, sum(budgets), sum(len(p) for p in prompts)
+
     for it in range(iters + 1):
         add()
         while pool.groups + spec.train_prompts <= spec.pool_prompts:
@@ -225,35 +280,17 @@ def run_partial(h: Harness, stream, iters: int, split: int, prompts_per_iter: in
         wall_sum = busy_sum = 0.0
         passes = steps = tokens = prefill = 0
         while len(pool.complete_groups()) < spec.train_prompts:
-            rows = pool.pass_rows()
-            inputs = pool.pass_inputs(rows)
-            done = [pool.rows[i]["tokens"].numel() for i in rows]
-            lengths = natural(rows)
-            budgets = [min(int(b), n - d) for b, n, d in zip(inputs[ROLLOUT_BUDGET], lengths, done)]
-            if min(budgets) <= 0:
-                raise RuntimeError("partial: an incomplete row has reached its natural length")
-            groups, prior = pool.pass_groups(rows)
-            seeds = [seed * 10_000_000 + passes_total * 10_000 + k for k in range(len(rows))]
-            passes_total += 1
-            prompts = [p.tolist() for p in inputs["prompts"]]
-            wall, busy, made, st = h.run_pass(prompts, budgets, seeds, groups, prior)
-            if [len(m) for m in made] != budgets:
-                raise RuntimeError("partial: a row's response length differs from its budget")
-            responses = []
-            for m, n, d in zip(made, lengths, done):
-                new = torch.tensor(m, dtype=TOKEN_DTYPE)
-                if d + new.numel() >= n:
-                    new[-1] = eos  # the row's natural end: as if the engine had sampled EOS here
-                responses.append(new)
-            pool.extend(rows, responses, None, it)
+            wall, busy, st, made_tokens, prompt_tokens = one_pass(it)
             wall_sum += wall
             busy_sum += busy
             passes += 1
             steps += st
-            tokens += sum(budgets)
-            prefill += sum(len(p) for p in prompts)
+            tokens += made_tokens
+            prefill += prompt_tokens
         columns, metrics = pool.take(spec.train_prompts, it)
-        if it > 0:  # after the warm-up iteration (the pool fills from empty)
+        if it == 0:  # the pool fills from empty: its work on rows trained later counts in the drained figure
+            rec["warmup"] = {"rollout_s": wall_sum, "rows": len(columns["prompts"])}
+        else:
             n_rows = len(columns["prompts"])
             rec["rollout_s"].append(wall_sum)
             rec["busy_s"].append(busy_sum)
@@ -266,14 +303,35 @@ def run_partial(h: Harness, stream, iters: int, split: int, prompts_per_iter: in
             rec["rows"].append(n_rows)
             rec.setdefault("trained_tokens", []).append(int(columns["response_length"].sum()))
         yield rec
+    # the drain: no new prompts, passes until every row left in the pool is complete, every group trained
+    drain = {"rollout_s": 0.0, "rows": 0, "passes": 0, "left_rows": len(pool.rows)}
+    while pool.rows:
+        if pool.pass_rows():
+            drain["rollout_s"] += one_pass(iters + 1)[0]
+            drain["passes"] += 1
+        complete = pool.complete_groups()
+        if complete:
+            drain["rows"] += len(pool.take(len(complete), iters + 1)[0]["prompts"])
+    rec["drain"] = drain
+    yield rec
 
 
 # ---------------------------------------------------------------- report
 
 
 def summarize(rec: dict) -> dict:
+    """``throughput``: rows / s from an empty pool to an empty pool (the warm-up iteration and the drain count);
+    ``throughput_left``: the iterations after the warm-up only, the pool left as it is (flatters a short run)."""
     s = sum(rec["rollout_s"])
-    return {"throughput": sum(rec["rows"]) / s, "rollout_s_iter": s / len(rec["rollout_s"]),
+    if "drain" in rec:
+        every_s = s + rec["warmup"]["rollout_s"] + rec["drain"]["rollout_s"]
+        every_rows = sum(rec["rows"]) + rec["warmup"]["rows"] + rec["drain"]["rows"]
+        drained = {"throughput": every_rows / every_s, "left_rows": rec["drain"]["left_rows"],
+                   "drain_s": rec["drain"]["rollout_s"]}
+    else:  # a record saved before the drain (--render): only the pool-left figure exists
+        drained = {"throughput": None, "left_rows": None, "drain_s": None}
+    return {**drained, "throughput_left": sum(rec["rows"]) / s,
+            "rollout_s_iter": s / len(rec["rollout_s"]),
             "busy_s_iter": sum(rec["busy_s"]) / len(rec["busy_s"]),
             "passes_iter": statistics.mean(rec["passes"]), "steps_iter": statistics.mean(rec["steps"]),
             "tokens_iter": statistics.mean(rec["tokens"]), "prefill_iter": statistics.mean(rec["prefill"]),
@@ -292,16 +350,20 @@ def ways_of(splits):
 
 
 def table(res: dict) -> str:
-    lines = ["| cap | way | rows / s | vs plain | rollout s / iter | passes / iter | engine steps / iter | "
+    lines = ["| cap | way | rows / s (pool drained) | vs plain | rows / s (pool left) | vs plain (pool left) | "
+             "rows in the pool at the end | rollout s / iter | passes / iter | engine steps / iter | "
              "tokens made / iter | prompt tokens prefilled / iter | slot occupancy | trained rows continued | "
-             "token age |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "token age |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for cap, c in res["caps"].items():
         reps = c["repeats"]
         for way in ways_of(res["splits"]):
             got = [r[way]["summary"] for r in reps]
-            gain = [r[way]["summary"]["throughput"] / r["plain"]["summary"]["throughput"] for r in reps]
+            gain = [ratio(r, way, "throughput") for r in reps]
+            left = [ratio(r, way, "throughput_left") for r in reps]
             lines.append(f"| {cap} | {way} | {cell([g['throughput'] for g in got], '{:.1f}')} | "
-                         f"{cell(gain, '{:.2f}x')} | {cell([g['rollout_s_iter'] for g in got])} | "
+                         f"{cell(gain, '{:.2f}x')} | {cell([g['throughput_left'] for g in got], '{:.1f}')} | "
+                         f"{cell(left, '{:.2f}x')} | {cell([g['left_rows'] for g in got], '{:.0f}')} | "
+                         f"{cell([g['rollout_s_iter'] for g in got])} | "
                          f"{cell([g['passes_iter'] for g in got], '{:.1f}')} | "
                          f"{cell([g['steps_iter'] for g in got], '{:.0f}')} | "
                          f"{cell([g['tokens_iter'] for g in got], '{:.0f}')} | "
@@ -311,10 +373,22 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def ratio(rep: dict, way: str, key: str):
+    """``way``'s figure ``key`` over plain's in one repeat (None where the record has no such figure)."""
+    mine, plain = rep[way]["summary"][key], rep["plain"]["summary"][key]
+    return None if mine is None or plain is None else mine / plain
+
+
 def gains(res: dict, cap: str) -> dict:
+    """Each partial way's rows/s over plain's, median over repeats: from an empty pool to an empty pool, or (a record
+    saved before the drain) the pool left as it was."""
     reps = res["caps"][cap]["repeats"]
-    return {way: statistics.median(r[way]["summary"]["throughput"] / r["plain"]["summary"]["throughput"]
-                                   for r in reps) for way in ways_of(res["splits"])[1:]}
+    return {way: statistics.median(ratio(r, way, judged_key(reps)) for r in reps) for way in ways_of(res["splits"])[1:]}
+
+
+def judged_key(reps: list) -> str:
+    """The judged rows/s: drained, unless the records predate the drain (--render of an older .json)."""
+    return "throughput" if all(r["plain"]["summary"]["throughput"] is not None for r in reps) else "throughput_left"
 
 
 def make_targets(res: dict) -> list:
@@ -338,10 +412,17 @@ def report(res: dict, targets: list) -> str:
              f"sigma {rb.SIGMA}, {rb.MIN_TOKENS}..{MAX_TOKENS}), {rb.SHARED:.0%} of the log-variance shared by a "
              f"prompt's samples, EOS emulated at the natural length. {res['iters']} iterations after 1 warm-up, "
              f"{res['repeats']} repeat(s); medians (min-max) over repeats. Partial: pool of up to "
-             f"{2 * res['prompts']} prompts, ceil({MAX_TOKENS}/N) new tokens per row per pass.", "",
+             f"{POOL * res['prompts']} prompts, ceil({MAX_TOKENS}/N) new tokens per row per pass.", "",
              table(res), "",
-             "rows / s: rows trained / rollout seconds (wall time of the passes); vs plain: the median over "
-             "repeats of rows/s over the same repeat's plain rows/s. tokens made: new tokens "
+             "rows / s (pool drained; judged): rows trained / rollout seconds (wall time of the passes) from an empty "
+             "pool to an empty pool: the warm-up iteration counts, and after the last iteration partial rollout "
+             "drains its pool (no new prompts, passes until every row is complete; the rows it held are the column "
+             "after) and plain rolls out the batch the pool drew beyond the iterations: both finish the same "
+             "prompts. rows / s (pool left): the iterations after the warm-up only, the pool left as it is: the "
+             "rows carried past the end are paid for only up to where they were cut and the warm-up's work is free, "
+             "which flatters partial rollout in a short run. vs plain: the median over "
+             "repeats of rows/s over the same repeat's plain rows/s; the other columns are per iteration after the "
+             "warm-up. tokens made: new tokens "
              "generated; prompt tokens prefilled: the passes' prompt tokens (a carried row re-sends its prompt + "
              "tokens so far). slot occupancy: tokens made / (engine steps x max_num_seqs), summed over both "
              "engines. token age: mean iterations between a trained token's sampling and its training.", ""]
@@ -379,8 +460,14 @@ def notes(res: dict) -> list:
                       "step cost saved less the prefill added.")
                    + (f" {zero} measured partial iteration(s) ran no pass: the pool already held enough complete "
                       f"groups." if zero else ""))
+        if judged_key(reps) == "throughput":
+            left = statistics.median(ratio(r, best, "throughput_left") for r in reps)
+            held = statistics.median(r[best]["summary"]["left_rows"] for r in reps)
+            out.append(f"- max_num_seqs {cap}: {best} still held {held:.0f} rows after the last iteration; with them "
+                       f"left unfinished and the warm-up's work free it would read {left:.2f}x instead of "
+                       f"{g[best]:.2f}x.")
     if len(res["caps"]) > 1:
-        med = {(cap, way): statistics.median(r[way]["summary"]["throughput"] for r in c["repeats"])
+        med = {(cap, way): statistics.median(r[way]["summary"][judged_key(c["repeats"])] for r in c["repeats"])
                for cap, c in res["caps"].items() for way in ways_of(res["splits"])}
         plain = max((k for k in med if k[1] == "plain"), key=med.get)
         part = max((k for k in med if k[1] != "plain"), key=med.get)
@@ -429,7 +516,7 @@ def main() -> int:
         return render(Path(args.render))
     repeats = args.repeats or (1 if args.quick else 3)
     iters = args.iters or (3 if args.quick else 6)
-    prompts = args.prompts or (8 if args.quick else 16)
+    prompts = args.prompts or 16  # --quick too: the full run's judged workload (see the module's doc)
     if not 1 <= prompts <= rb.PROMPTS:
         parser.error(f"--prompts must be 1..{rb.PROMPTS} (bench_rollout_balance's draw)")
     splits = [int(x) for x in (args.splits or ("2,4" if args.quick else "2,4,8")).split(",")]
@@ -466,11 +553,14 @@ def main() -> int:
                     for it in range(iters + 1):  # the ways take turns, an iteration each (a load that changes
                         for way in ways[it % len(ways):] + ways[:it % len(ways)]:  # over time hits them alike)
                             recs[way] = next(runs[way])
+                    for way in ways:  # the drain: the rows partial rollout still carries are finished and counted
+                        recs[way] = next(runs[way])
                     row = {}
                     for way in ways:
                         row[way] = {"record": recs[way], "summary": summarize(recs[way])}
                         s = row[way]["summary"]
-                        print(f"cap {cap} repeat {rep} {way:14s}: {s['throughput']:.1f} rows/s, "
+                        print(f"cap {cap} repeat {rep} {way:14s}: {s['throughput']:.1f} rows/s drained "
+                              f"({s['throughput_left']:.1f} pool left, {s['left_rows']} rows drained), "
                               f"{s['rollout_s_iter']:.2f} s/iter, {s['passes_iter']:.1f} passes/iter, "
                               f"{s['tokens_iter']:.0f} tokens/iter, continued {s['continued']:.0%}", flush=True)
                     reps.append(row)

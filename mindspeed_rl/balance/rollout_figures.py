@@ -8,14 +8,47 @@ shares, ``rl_config.rollout_balance: static``) would have taken on the same rows
 the replay comes to the measured round). A multi-turn round (consumers report ``tools``: seconds their rows waited
 on tools, and those the engine stepped meanwhile) adds the engines' busy fraction while tools ran and the tools'
 share of the stage; it is not replayed (the step cost knows no tool time).
+
+Whether the imbalance is a signal at all: a round where every engine made one take (one chunk each, or every row
+joined its engine's batch at once) is the static split, whatever the figures say (``balanced_takes`` 0); a round
+whose engines were busy for milliseconds measures timer and scheduling noise (``busy_mean_s`` under
+``MIN_MEASURED_BUSY_S``). ``measured`` is 1 only when neither holds; ``rollout_note`` says which for the line.
 """
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from mindspeed_rl.balance.rollout_cost import CHUNKS, CONTINUOUS, balance_bound, fit_step_cost, simulate_queue, \
     simulate_static
 from mindspeed_rl.balance.seqlen_balancing import balance_key, imbalance
+
+
+# Mean engine busy seconds under which the line reports no imbalance: a take's round trip to the queue actor
+# (about 1 ms on loopback Ray) and a scheduler time slice on a shared host (a few ms) move an engine's busy time
+# by about 5 ms; under 50 ms that is over 10 %, as large as what the queue removes (static 6-11 % in
+# benchmarks/results/bench_rollout_balance.md).
+MIN_MEASURED_BUSY_S = 0.05
+
+
+def engine_takes(trace: dict, chunked: bool) -> int:
+    """The takes one engine made of the round: its trace's ``takes`` (the worker's queue source counts the answers
+    that brought rows or turns), else its records: one generate per take (chunks), one step where new prompt
+    tokens joined per take (continuous batching)."""
+    if "takes" in trace:
+        return int(trace["takes"])
+    records = np.asarray(trace["trace"], dtype=np.float64).reshape(-1, 4)
+    return int(len(records)) if chunked else int((records[:, 2] > 0).sum())
+
+
+def rollout_note(metrics: Dict[str, float], name: str) -> Optional[str]:
+    """Why the queued stage ``name``'s imbalance is no signal in ``metrics`` (one round's figures, or several
+    rounds' means), for the iteration line; None when it is one (or the figures predate the flags)."""
+    takes, busy = metrics.get(balance_key(name, "balanced_takes")), metrics.get(balance_key(name, "busy_mean_s"))
+    if takes is not None and takes == 0:
+        return "nothing to balance (1 take per engine)"
+    if busy is not None and busy < MIN_MEASURED_BUSY_S:
+        return f"too short to measure (engines busy {busy * 1e3:.0f} ms, under {MIN_MEASURED_BUSY_S * 1e3:.0f} ms)"
+    return None
 
 
 def static_calls(split: Sequence[Sequence[int]], engines: int) -> List[List[List[int]]]:
@@ -33,12 +66,12 @@ def queue_figures(name: str, order: Sequence[int], prompt_lengths, response_leng
     ``consumer``, ``rows``, ``busy``, ``latency`` (per row) and ``trace`` records; ``chunk``: rows per
     generate (transformers) or None (continuous batching of at most ``max_num_seqs`` rows, takes of at most
     ``take_cap``); ``static_split``: the rows of each share of the static split."""
-    busy, rows = np.zeros(consumers), np.zeros(consumers, dtype=np.int64)
+    busy, rows, takes = np.zeros(consumers), np.zeros(consumers, dtype=np.int64), np.zeros(consumers, dtype=np.int64)
     tools = np.zeros((consumers, 2)) if any("tools" in t for t in traces) else None
     latency, records = [], []
     for t in traces:
         c = int(t["consumer"])
-        busy[c], rows[c] = float(t["busy"]), len(t["rows"])
+        busy[c], rows[c], takes[c] = float(t["busy"]), len(t["rows"]), engine_takes(t, bool(chunk))
         if tools is not None:
             tools[c] = t.get("tools", (0.0, 0.0))
         latency += [float(x) for x in t["latency"]]
@@ -50,6 +83,12 @@ def queue_figures(name: str, order: Sequence[int], prompt_lengths, response_leng
     for c in range(consumers):
         metrics[key(f"rank{c}")] = float(busy[c])
         metrics[key(f"rows/rank{c}")] = float(rows[c])
+        metrics[key(f"takes/rank{c}")] = float(takes[c])
+    # the takes after each engine's first went to whichever engine asked: the queue's own decisions
+    balanced = float(np.maximum(takes - 1, 0).sum())
+    mean_busy = float(busy.mean())
+    metrics.update({key("balanced_takes"): balanced, key("busy_mean_s"): mean_busy,
+                    key("measured"): float(balanced > 0 and mean_busy >= MIN_MEASURED_BUSY_S)})
     plan = {"consumer": name, "objective": "seconds", "balanced": True, "served": "queue",
             "loads": busy.tolist(), "random_loads": busy.tolist(), "sizes": rows.tolist(), "lower_bound": bound}
     if tools is not None:

@@ -11,6 +11,7 @@ from typing import Dict, Iterator, List
 import numpy as np
 from tqdm import tqdm
 
+from mindspeed_rl.balance.rollout_figures import rollout_note
 from mindspeed_rl.plan.algorithm_line import algorithm_record
 from mindspeed_rl.plan.stages import BALANCED_STAGES, ROLLOUT, TRAIN
 from mindspeed_rl.trainer import driver_stages, dynamic_sampling, partial_rollout  # noqa: F401  (registers)
@@ -350,14 +351,18 @@ class StageTableTrainer:
     def _summary(iteration: int, m: Dict[str, float]) -> str:
         def get(key, fmt="{:.3f}"):
             return fmt.format(m[key]) if key in m else "-"
-        balance = " ".join(
-            f"{stage}:imb={get(balance_key(stage, 'rank_imbalance'), '{:.2%}')}"
-            f"(random {get(balance_key(stage, 'rank_imbalance_random'), '{:.2%}')})"
-            for stage in BALANCED_STAGES if balance_key(stage, "rank_imbalance") in m)
+        def planned(stage):  # a planned stage's loads; one row per rank leaves the planner nothing to choose
+            if m.get(balance_key(stage, "rows_per_rank_max"), 2.0) <= 1:
+                return f"{stage}: nothing to balance (1 row per rank)"
+            return (f"{stage}:imb={get(balance_key(stage, 'rank_imbalance'), '{:.2%}')}"
+                    f"(random {get(balance_key(stage, 'rank_imbalance_random'), '{:.2%}')})")
+        balance = " ".join(planned(stage) for stage in BALANCED_STAGES if balance_key(stage, "rank_imbalance") in m)
         if balance_key(ROLLOUT.name, "bound_gap") in m:  # the queued rollout: its engines' busy times
-            balance = (f"{ROLLOUT.name}:imb={get(balance_key(ROLLOUT.name, 'rank_imbalance'), '{:.2%}')}"
+            note = rollout_note(m, ROLLOUT.name)  # one take per engine, or too short: its imbalance is no signal
+            balance = (f"{ROLLOUT.name}: {note} " if note else
+                       f"{ROLLOUT.name}:imb={get(balance_key(ROLLOUT.name, 'rank_imbalance'), '{:.2%}')}"
                        f"(static {get(balance_key(ROLLOUT.name, 'rank_imbalance_random'), '{:.2%}')}) "
-                       f"bound+{get(balance_key(ROLLOUT.name, 'bound_gap'), '{:.1%}')} " + balance)
+                       f"bound+{get(balance_key(ROLLOUT.name, 'bound_gap'), '{:.1%}')} ") + balance
         return (f"iter {iteration}: reward={get('reward/mean')} resp_len={get('response_length/mean', '{:.2f}')} "
                 f"loss={get('actor/pg_loss', '{:.4f}')} kl={get('actor/kl', '{:.4f}')} "
                 f"update max/min rank s={get(f'timing/{TRAIN.name}/max', '{:.2f}')}/"

@@ -46,6 +46,8 @@ def test_the_example_iteration_line_is_what_the_trainer_prints():
     m = {"reward/mean": float(reward), "response_length/mean": float(resp), "actor/pg_loss": float(loss),
          "actor/kl": float(kl), f"timing/{TRAIN.name}/max": float(tmax), f"timing/{TRAIN.name}/min": float(tmin)}
     rollout = re.search(rf"{ROLLOUT.name}:imb=(\S+)\(static (\S+)\) bound\+(\S+)", line)
+    if f"{ROLLOUT.name}: nothing to balance (1 take per engine)" in line:  # the default run: one chunk per engine
+        m.update({balance_key(ROLLOUT.name, "bound_gap"): 0.0, balance_key(ROLLOUT.name, "balanced_takes"): 0.0})
     if rollout:
         imb, static, gap = rollout.groups()
         m.update({balance_key(ROLLOUT.name, "rank_imbalance"): _pct(imb),

@@ -143,17 +143,19 @@ def _traces(busy, rows, latency, records):
             for c, (b, r, l, t) in enumerate(zip(busy, rows, latency, records))]
 
 
-def _expected(name, busy, rows, latency, static, replay, cost):
-    """Every figure of a round, computed here from its parts."""
+def _expected(name, busy, rows, latency, static, replay, cost, takes):
+    """Every figure of a round, computed here from its parts (``takes``: each engine's)."""
     key = lambda stat: f"dp_balance/{name}/{stat}"  # noqa: E731
     stage, bound = max(busy), max(np.mean(busy), max(latency))
     out = {key("rank_imbalance"): stage / np.mean(busy) - 1, key("stage_s"): stage, key("bound_s"): bound,
            key("bound_gap"): stage / bound - 1, key("static_s"): static.stage, key("static_gain"): static.stage / stage,
            key("replay_s"): replay.stage, key("replay_error"): replay.stage / stage - 1,
            key("cost_per_step_ms"): cost.per_step * 1e3, key("cost_per_seq_ms"): cost.per_seq * 1e3,
-           key("cost_per_prefill_token_ms"): cost.per_prefill_token * 1e3}
-    for c, (b, r) in enumerate(zip(busy, rows)):
-        out[key(f"rank{c}")], out[key(f"rows/rank{c}")] = b, float(len(r))
+           key("cost_per_prefill_token_ms"): cost.per_prefill_token * 1e3,
+           key("balanced_takes"): float(sum(t - 1 for t in takes if t > 1)), key("busy_mean_s"): np.mean(busy),
+           key("measured"): 1.0}
+    for c, (b, r, t) in enumerate(zip(busy, rows, takes)):
+        out[key(f"rank{c}")], out[key(f"rows/rank{c}")], out[key(f"takes/rank{c}")] = b, float(len(r)), float(t)
     return out
 
 
@@ -178,7 +180,9 @@ def test_the_figures_measure_the_engines_and_replay_the_static_split(chunk, take
     static = simulate_static(prompt, resp, [[[0, 3], [2, 5]], [[1, 4]]], cost, mode, cap=2)
     replay = simulate_queue(prompt, resp, range(6), 2, cost, mode, cap=2, chunk=chunk, take_cap=take_cap,
                             groups=groups, prior=prior)
-    want = _expected("actor_rollout", busy, rows, [x for l in latency for x in l], static, replay, cost)
+    # no count in the traces: a take per generate (chunks), per step that prefilled new rows (continuous)
+    takes = [1, 2] if chunk is None else [3, 2]
+    want = _expected("actor_rollout", busy, rows, [x for l in latency for x in l], static, replay, cost, takes)
     assert metrics.keys() == want.keys() and metrics == pytest.approx(want)
     assert plan == {"consumer": "actor_rollout", "objective": "seconds", "balanced": True, "served": "queue",
                     "loads": busy, "random_loads": pytest.approx(static.busy.tolist()), "sizes": [3, 3],
@@ -211,7 +215,9 @@ def test_figures_of_a_round_without_time():
     metrics, plan = queue_figures("actor_rollout", [0, 1], [1, 1], [1, 1], traces, 1, 2, None, 1, [[0, 1]])
     assert metrics == {"dp_balance/actor_rollout/rank_imbalance": 0.0, "dp_balance/actor_rollout/stage_s": 0.0,
                        "dp_balance/actor_rollout/bound_s": 0.0, "dp_balance/actor_rollout/bound_gap": 0.0,
-                       "dp_balance/actor_rollout/rank0": 0.0, "dp_balance/actor_rollout/rows/rank0": 2.0}
+                       "dp_balance/actor_rollout/rank0": 0.0, "dp_balance/actor_rollout/rows/rank0": 2.0,
+                       "dp_balance/actor_rollout/takes/rank0": 0.0, "dp_balance/actor_rollout/balanced_takes": 0.0,
+                       "dp_balance/actor_rollout/busy_mean_s": 0.0, "dp_balance/actor_rollout/measured": 0.0}
     assert plan["random_loads"] == [0.0]
     # timed steps but no busy time measured: the replay runs, its ratios fall back to 1 and 0
     traces = _traces([0.0], [[0, 1]], [[0.0, 0.0]], [[(1, 2, 2, 0.5)]])
