@@ -73,3 +73,15 @@ def test_a_new_family_reaches_every_reader(tiny_family):
 def test_a_family_registered_twice_is_refused(tiny_family):
     with pytest.raises(ValueError, match="model family 'mistral' is registered twice"):
         reg.register(Family(name="mistral", architecture="X", priority=1, picks=lambda cfg: False))
+
+
+def test_kv_heads_follow_grouped_query_attention():
+    assert model_arch.hf_config_kwargs(_section())["num_key_value_heads"] == 2
+    assert model_arch.hf_config_kwargs(_section(group_query_attention=False))["num_key_value_heads"] == 4
+    assert model_arch.hf_config_kwargs(_section(kv_lora_rank=16))["num_key_value_heads"] == 4  # MLA: one per head
+
+
+def test_a_registry_without_a_default_family_says_so(monkeypatch):
+    monkeypatch.setattr(reg, "_FAMILIES", {"qwen3": reg.family("qwen3")})
+    with pytest.raises(ValueError, match="^no model family matches the model section$"):
+        reg.pick(_section())
