@@ -14,14 +14,15 @@ Every measurement runs in two placements, reported side by side:
    response lengths: per row max_tokens drawn lognormal (median 48, sigma 0.9, 4..512) with a prompt effect
    (60 % of the log-variance shared by a prompt's samples, as RL responses to one prompt run alike), EOS
    ignored, max_num_seqs 8. Each round runs three ways on the same rows and seeds:
-   - static: the seeded random split of today's planner, one generate per engine (rl_config.guarantee_order);
+   - static: the seeded random split of today's planner, one generate per engine (rl_config.rollout_balance:
+     static, upstream's guarantee_order);
    - queue, epoch 1: the queue without history (a probe of every group first, then the groups seen to run long);
    - queue, epoch 2: the same prompts again, with the previous epoch's group means as the prior.
    Per way: the engines' imbalance (slowest busy / mean - 1), the stage (slowest engine), the bound (max of the
    mean busy time and the longest row, from the queue's own measurement) and the rows that came out identical
    to the static split's (float32: every row samples with its own seed).
 2. GRPO iteration (full run only), per placement: cli/train_grpo.py at ~150M, DP=2, vLLM, with and without
-   rl_config.guarantee_order, on a checkpoint whose EOS logit is scaled up so that responses end at
+   rl_config.rollout_balance static, on a checkpoint whose EOS logit is scaled up so that responses end at
    different lengths by themselves; median iteration and rollout-stage seconds after the first iteration.
 3. Simulation to 8-256 engines from the per-step cost fitted to section 1's pinned queue steps
    (balance/rollout_cost.py: the replay drives the same RolloutQueue): static vs queue (epoch 1, epoch 2) vs the
@@ -261,7 +262,7 @@ def run_cli(model_dir: str, out_dir: str, iters: int, static: bool, timeout: flo
            "megatron_training.global_batch_size=8", "rl_config.n_samples_per_prompt=8", "rl_config.mini_batch_size=64",
            "generate_config.rollout_backend=vllm", "generate_config.dtype=float32", f"generate_config.max_num_seqs={CAP}",
            "generate_config.max_model_len=320", "generate_config.sampling_config.max_tokens=256",
-           "rl_config.max_packing_token_size=2048", f"rl_config.guarantee_order={'true' if static else 'false'}",
+           "rl_config.max_packing_token_size=2048", f"rl_config.rollout_balance={'static' if static else 'queue'}",
            # a policy that stays put: the toy reward would teach this model to stop at once within two steps,
            # and the round's long tail (what is measured) would be gone
            "actor_config.lr=1.0e-9", "actor_config.min_lr=0.0"]
