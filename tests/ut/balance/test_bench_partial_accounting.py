@@ -1,26 +1,15 @@
 """benchmarks/bench_partial_rollout.py's accounting, on stand-in engines (no vLLM): every row partial rollout
 starts is finished and paid for (the warm-up iteration counts, the pool is drained after the last iteration),
 so a short run cannot leave its long rows' remaining work unmeasured."""
-import importlib
-import os
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.ut.balance.bench_module import import_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    env, path = dict(os.environ), list(sys.path)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return importlib.import_module("bench_partial_rollout")
-    finally:  # the script sets vLLM's environment and its own import path when imported
-        os.environ.clear()
-        os.environ.update(env)
-        sys.path[:] = path
+    return import_benchmark("bench_partial_rollout")
 
 
 class Harness:

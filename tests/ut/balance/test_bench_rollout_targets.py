@@ -1,26 +1,16 @@
 """benchmarks/bench_rollout_balance.py's verdicts, on made-up rounds (no engines): pinned runs are judged on the
 stage seconds summed over the rounds, shared runs are reported only, a full run fails when the quick mode's model
 gains in the other direction, and the CLI runs get the environment of their placement."""
-import importlib
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.ut.balance.bench_module import import_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    env, path = dict(os.environ), list(sys.path)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return importlib.import_module("bench_rollout_balance")
-    finally:  # the script sets vLLM's environment and its own import path when imported
-        os.environ.clear()
-        os.environ.update(env)
-        sys.path[:] = path
+    return import_benchmark("bench_rollout_balance")
 
 
 def rounds(static, queue, imbalance=0.01, gap=0.02, identical=1.0):
