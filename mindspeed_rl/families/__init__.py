@@ -20,24 +20,28 @@ def _never(cfg) -> Optional[str]:
     return None
 
 
-def _heads_over_tp(cfg, splits_attention) -> Sizes:
-    """Attention and KV heads, and the dense MLP: what a dense family's TP plan splits."""
-    kv = cfg.num_query_groups if cfg.group_query_attention else cfg.num_attention_heads
-    return [("num_attention_heads", cfg.num_attention_heads), ("num_query_groups", kv),
-            ("ffn_hidden_size", cfg.ffn_hidden_size)]
-
-
 def _gqa_kv_heads(cfg) -> int:
     return cfg.num_query_groups if cfg.group_query_attention else cfg.num_attention_heads
 
 
-def _kv_channels_head(cfg) -> Optional[int]:
-    """vLLM's head size for families that honour kv_channels (head_dim), else hidden / heads."""
-    kv = getattr(cfg, "kv_channels", None)
-    if kv:
-        return kv
+def attention_tp_sizes(cfg) -> Sizes:
+    """Attention and KV heads: what every family without MLA splits over TP."""
+    return [("num_attention_heads", cfg.num_attention_heads), ("num_query_groups", _gqa_kv_heads(cfg))]
+
+
+def _heads_over_tp(cfg, splits_attention) -> Sizes:
+    """The heads and the dense MLP: what a dense family's TP plan splits."""
+    return attention_tp_sizes(cfg) + [("ffn_hidden_size", cfg.ffn_hidden_size)]
+
+
+def hidden_over_heads(cfg) -> Optional[int]:
     heads, hidden = getattr(cfg, "num_attention_heads", None), getattr(cfg, "hidden_size", None)
     return hidden // heads if hidden and heads else None
+
+
+def _kv_channels_head(cfg) -> Optional[int]:
+    """vLLM's head size for families that honour kv_channels (head_dim), else hidden / heads."""
+    return getattr(cfg, "kv_channels", None) or hidden_over_heads(cfg)
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,11 @@
 size whatever kv_channels says."""
 from typing import Optional
 
-from mindspeed_rl.families import Family, register
-
-
-def _hidden_over_heads(cfg) -> Optional[int]:
-    heads, hidden = getattr(cfg, "num_attention_heads", None), getattr(cfg, "hidden_size", None)
-    return hidden // heads if hidden and heads else None
+from mindspeed_rl.families import Family, hidden_over_heads, register
 
 
 def _kv_channels_vllm_ignores(cfg) -> Optional[str]:
-    kv, head = getattr(cfg, "kv_channels", None), _hidden_over_heads(cfg)
+    kv, head = getattr(cfg, "kv_channels", None), hidden_over_heads(cfg)
     if kv and head and kv != head:
         return (f"vLLM's Qwen2 takes the head size hidden_size / num_attention_heads = {head}, the model section "
                 f"sets kv_channels={kv}")
@@ -22,4 +17,4 @@ QWEN2 = register(Family(
     name="qwen2", architecture="Qwen2ForCausalLM", priority=10,
     picks=lambda cfg: bool(getattr(cfg, "add_qkv_bias", False)),
     mapped={"kv_channels": "head_dim"}, qkv_bias=True,
-    vllm_head_size=_hidden_over_heads, vllm_error=_kv_channels_vllm_ignores, tiny={}))
+    vllm_head_size=hidden_over_heads, vllm_error=_kv_channels_vllm_ignores, tiny={}))

@@ -2,12 +2,7 @@
 dense MLP; routed experts are never split over TP (FSDP shards them over DP)."""
 from typing import Optional
 
-from mindspeed_rl.families import Family, register
-
-
-def _heads_only(cfg, splits_attention):
-    kv = cfg.num_query_groups if cfg.group_query_attention else cfg.num_attention_heads
-    return [("num_attention_heads", cfg.num_attention_heads), ("num_query_groups", kv)]
+from mindspeed_rl.families import Family, attention_tp_sizes, register
 
 
 def _needs_qk_norm(cfg) -> Optional[str]:
@@ -23,6 +18,6 @@ QWEN3_MOE = register(Family(
     mapped={"kv_channels": "head_dim", "num_experts": "num_experts", "moe_router_topk": "num_experts_per_tok",
             "moe_ffn_hidden_size": "moe_intermediate_size", "norm_topk_prob": "norm_topk_prob",
             "moe_aux_loss_coeff": "router_aux_loss_coef"},
-    tp_sizes=_heads_only, key_error=_needs_qk_norm,
+    tp_sizes=lambda cfg, splits_attention: attention_tp_sizes(cfg), key_error=_needs_qk_norm,
     tiny=dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
               decoder_sparse_step=1)))
